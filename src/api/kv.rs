@@ -1,0 +1,76 @@
+//! The KV service.
+
+use super::{check_size, convert, status, Shared};
+use crate::proto::etcdserverpb::{self as pb, kv_server::Kv};
+use prost::Message;
+use tonic::{Request, Response, Status};
+
+/// Serves Range, Put, DeleteRange, Txn and Compact.
+pub struct KvService(pub Shared);
+
+#[tonic::async_trait]
+impl Kv for KvService {
+    async fn range(
+        &self,
+        req: Request<pb::RangeRequest>,
+    ) -> Result<Response<pb::RangeResponse>, Status> {
+        let req = req.into_inner();
+        if req.key.is_empty() {
+            return Err(status(crate::error::Error::EmptyKey));
+        }
+        let Shared { store, info } = &self.0;
+        let resp = store.range(&convert::range_request(req)).map_err(status)?;
+        let header = info.header(resp.revision);
+        Ok(Response::new(convert::range_response(resp, header)))
+    }
+
+    async fn put(&self, req: Request<pb::PutRequest>) -> Result<Response<pb::PutResponse>, Status> {
+        let req = req.into_inner();
+        let Shared { store, info } = &self.0;
+        check_size(info, req.encoded_len())?;
+        let resp = store.put(convert::put_request(req)).map_err(status)?;
+        let header = info.header(resp.revision);
+        Ok(Response::new(convert::put_response(resp, header)))
+    }
+
+    async fn delete_range(
+        &self,
+        req: Request<pb::DeleteRangeRequest>,
+    ) -> Result<Response<pb::DeleteRangeResponse>, Status> {
+        let req = req.into_inner();
+        let Shared { store, info } = &self.0;
+        check_size(info, req.encoded_len())?;
+        let resp = store
+            .delete_range(convert::delete_request(req))
+            .map_err(status)?;
+        let header = info.header(resp.revision);
+        Ok(Response::new(convert::delete_response(resp, header)))
+    }
+
+    async fn txn(&self, req: Request<pb::TxnRequest>) -> Result<Response<pb::TxnResponse>, Status> {
+        let req = req.into_inner();
+        let Shared { store, info } = &self.0;
+        check_size(info, req.encoded_len())?;
+        let resp = store.txn(convert::txn_request(req)).map_err(status)?;
+        let header = info.header(resp.revision);
+        Ok(Response::new(convert::txn_response(resp, header)))
+    }
+
+    async fn compact(
+        &self,
+        req: Request<pb::CompactionRequest>,
+    ) -> Result<Response<pb::CompactionResponse>, Status> {
+        let req = req.into_inner();
+        let Shared { store, info } = &self.0;
+        let store = store.clone();
+        // Pruning a large history takes a while: keep it off the async workers.
+        let task = tokio::task::spawn_blocking(move || store.compact(req.revision));
+        let rev = task
+            .await
+            .map_err(|e| Status::internal(format!("compaction task failed: {e}")))?
+            .map_err(status)?;
+        Ok(Response::new(pb::CompactionResponse {
+            header: info.header(rev),
+        }))
+    }
+}

@@ -1,0 +1,112 @@
+//! The Maintenance service: status, alarms, hashes. There is no disk, so
+//! defragmentation has nothing to do, and no alarm is ever raised.
+
+use super::{status, unimplemented, Shared, ETCD_VERSION};
+use crate::proto::etcdserverpb::{self as pb, maintenance_server::Maintenance};
+use futures::Stream;
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use tonic::{Request, Response, Status};
+
+/// Serves Status, Alarm, Defragment, Hash and HashKV.
+pub struct MaintenanceService(pub Shared);
+
+type SnapshotOut = Pin<Box<dyn Stream<Item = Result<pb::SnapshotResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl Maintenance for MaintenanceService {
+    async fn alarm(
+        &self,
+        _r: Request<pb::AlarmRequest>,
+    ) -> Result<Response<pb::AlarmResponse>, Status> {
+        let Shared { store, info } = &self.0;
+        Ok(Response::new(pb::AlarmResponse {
+            header: info.header(store.current_revision()),
+            alarms: Vec::new(),
+        }))
+    }
+
+    async fn status(
+        &self,
+        _r: Request<pb::StatusRequest>,
+    ) -> Result<Response<pb::StatusResponse>, Status> {
+        let Shared { store, info } = &self.0;
+        let stats = store.stats();
+        let applied = stats.applied_index.load(Ordering::Relaxed);
+        Ok(Response::new(pb::StatusResponse {
+            header: info.header(store.current_revision()),
+            version: ETCD_VERSION.to_string(),
+            db_size: stats.total_bytes.load(Ordering::Relaxed),
+            db_size_in_use: stats.live_bytes.load(Ordering::Relaxed),
+            leader: info.member_id,
+            raft_index: applied,
+            raft_term: info.raft_term,
+            raft_applied_index: applied,
+            errors: Vec::new(),
+            is_learner: false,
+            ..Default::default()
+        }))
+    }
+
+    async fn defragment(
+        &self,
+        _r: Request<pb::DefragmentRequest>,
+    ) -> Result<Response<pb::DefragmentResponse>, Status> {
+        let Shared { store, info } = &self.0;
+        Ok(Response::new(pb::DefragmentResponse {
+            header: info.header(store.current_revision()),
+        }))
+    }
+
+    async fn hash(
+        &self,
+        _r: Request<pb::HashRequest>,
+    ) -> Result<Response<pb::HashResponse>, Status> {
+        let Shared { store, info } = &self.0;
+        let (hash, _, rev) = store.hash_kv(0).map_err(status)?;
+        Ok(Response::new(pb::HashResponse {
+            header: info.header(rev),
+            hash,
+        }))
+    }
+
+    async fn hash_kv(
+        &self,
+        r: Request<pb::HashKvRequest>,
+    ) -> Result<Response<pb::HashKvResponse>, Status> {
+        let Shared { store, info } = &self.0;
+        let (hash, compact_revision, hash_revision) =
+            store.hash_kv(r.into_inner().revision).map_err(status)?;
+        Ok(Response::new(pb::HashKvResponse {
+            header: info.header(store.current_revision()),
+            hash,
+            compact_revision,
+            hash_revision,
+        }))
+    }
+
+    type SnapshotStream = SnapshotOut;
+
+    async fn snapshot(
+        &self,
+        _r: Request<pb::SnapshotRequest>,
+    ) -> Result<Response<SnapshotOut>, Status> {
+        Err(unimplemented("ephd: snapshots are not supported yet"))
+    }
+
+    async fn move_leader(
+        &self,
+        _r: Request<pb::MoveLeaderRequest>,
+    ) -> Result<Response<pb::MoveLeaderResponse>, Status> {
+        Err(unimplemented(
+            "ephd: there is no other member to move leadership to",
+        ))
+    }
+
+    async fn downgrade(
+        &self,
+        _r: Request<pb::DowngradeRequest>,
+    ) -> Result<Response<pb::DowngradeResponse>, Status> {
+        Err(unimplemented("ephd: downgrade is not supported"))
+    }
+}

@@ -1,0 +1,125 @@
+//! gRPC adapters: one per etcd service. Each decodes the wire request into
+//! the store core's types, calls the core, and encodes the answer; no etcd
+//! semantics live here beyond what is about the wire itself (headers, size
+//! limits, streaming).
+
+mod auth;
+mod cluster;
+mod convert;
+mod kv;
+mod lease;
+mod maintenance;
+mod watch;
+
+pub use auth::AuthService;
+pub use cluster::ClusterService;
+pub use kv::KvService;
+pub use lease::LeaseService;
+pub use maintenance::MaintenanceService;
+pub use watch::WatchService;
+
+use crate::error::{Code, Error};
+use crate::mvcc::Store;
+use crate::proto::etcdserverpb::ResponseHeader;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Version reported by Maintenance.Status. kube-apiserver enables
+/// RequestWatchProgress only for etcd >= 3.5.13, so report a 3.6 release.
+pub const ETCD_VERSION: &str = "3.6.5";
+
+/// Identity and limits shared by every service.
+#[derive(Debug, Clone)]
+pub struct ServerInfo {
+    /// Member name (`--name`).
+    pub name: String,
+    /// Stable cluster ID derived from the name and advertised URLs.
+    pub cluster_id: u64,
+    /// Stable member ID derived likewise.
+    pub member_id: u64,
+    /// Raft term analogue; constant for a single in-memory member.
+    pub raft_term: u64,
+    /// Advertised client URLs, as MemberList reports them.
+    pub client_urls: Vec<String>,
+    /// Advertised peer URLs (informational only; ephd has no peers).
+    pub peer_urls: Vec<String>,
+    /// Largest write request accepted (`--max-request-bytes`).
+    pub max_request_bytes: usize,
+    /// Interval of periodic watch progress notifications.
+    pub progress_notify_interval: Duration,
+}
+
+impl ServerInfo {
+    /// Identity for a member called `name` advertising `client_urls`.
+    pub fn new(name: &str, client_urls: Vec<String>) -> Self {
+        let member_id = fnv64(format!("{name}|{}", client_urls.join(",")).as_bytes());
+        let cluster_id = fnv64(format!("cluster|{name}|{member_id}").as_bytes());
+        ServerInfo {
+            name: name.to_string(),
+            cluster_id,
+            member_id,
+            raft_term: 2,
+            client_urls,
+            peer_urls: vec!["http://localhost:2380".to_string()],
+            max_request_bytes: 1_572_864,
+            progress_notify_interval: Duration::from_secs(600),
+        }
+    }
+
+    /// The header of a top-level response at `revision`.
+    pub fn header(&self, revision: i64) -> Option<ResponseHeader> {
+        Some(ResponseHeader {
+            cluster_id: self.cluster_id,
+            member_id: self.member_id,
+            revision,
+            raft_term: self.raft_term,
+        })
+    }
+}
+
+fn fnv64(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= *b as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// What every service holds.
+#[derive(Clone)]
+pub struct Shared {
+    /// The store core.
+    pub store: Arc<Store>,
+    /// Identity and limits.
+    pub info: Arc<ServerInfo>,
+}
+
+/// Maps a core error to the gRPC status etcd sends for it.
+pub fn status(err: Error) -> tonic::Status {
+    let code = match err.code() {
+        Code::InvalidArgument => tonic::Code::InvalidArgument,
+        Code::OutOfRange => tonic::Code::OutOfRange,
+        Code::NotFound => tonic::Code::NotFound,
+        Code::FailedPrecondition => tonic::Code::FailedPrecondition,
+        Code::ResourceExhausted => tonic::Code::ResourceExhausted,
+        Code::Unavailable => tonic::Code::Unavailable,
+        Code::Unimplemented => tonic::Code::Unimplemented,
+        Code::Internal => tonic::Code::Internal,
+    };
+    tonic::Status::new(code, err.message())
+}
+
+/// etcd rejects writes whose encoded size exceeds `--max-request-bytes`.
+pub(crate) fn check_size(info: &ServerInfo, len: usize) -> Result<(), tonic::Status> {
+    if len > info.max_request_bytes {
+        Err(status(Error::RequestTooLarge))
+    } else {
+        Ok(())
+    }
+}
+
+/// The answer for RPCs ephd does not serve.
+pub(crate) fn unimplemented(what: &'static str) -> tonic::Status {
+    status(Error::Unimplemented(what))
+}

@@ -1,0 +1,149 @@
+//! Command-line flags. Names follow etcd's where they overlap so operators
+//! can reuse what they know; every flag can also be set from an `EPHD_*`
+//! environment variable (handy in containers).
+
+use clap::Parser;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::time::Duration;
+
+/// ephd's configuration.
+#[derive(Parser, Debug, Clone)]
+#[command(
+    name = "ephd",
+    version,
+    about = "In-memory, etcd-v3-compatible store for Kubernetes' ephemeral resources"
+)]
+pub struct Config {
+    /// Human-readable member name, reported by MemberList.
+    #[arg(long, env = "EPHD_NAME", default_value = "default")]
+    pub name: String,
+
+    /// Comma-separated URLs to serve clients on (http://host:port).
+    #[arg(
+        long,
+        env = "EPHD_LISTEN_CLIENT_URLS",
+        default_value = "http://127.0.0.1:2379",
+        value_delimiter = ','
+    )]
+    pub listen_client_urls: Vec<String>,
+
+    /// Comma-separated client URLs to advertise (defaults to the listen URLs).
+    #[arg(long, env = "EPHD_ADVERTISE_CLIENT_URLS", value_delimiter = ',')]
+    pub advertise_client_urls: Vec<String>,
+
+    /// Largest write request accepted, in bytes (etcd's default: 1.5 MiB).
+    #[arg(long, env = "EPHD_MAX_REQUEST_BYTES", default_value_t = 1_572_864)]
+    pub max_request_bytes: usize,
+
+    /// Most compares, or ops per branch, in one txn.
+    #[arg(long, env = "EPHD_MAX_TXN_OPS", default_value_t = 128)]
+    pub max_txn_ops: usize,
+
+    /// Interval of periodic watch progress notifications (Go duration syntax, e.g. 10m, 5s).
+    #[arg(
+        long = "experimental-watch-progress-notify-interval",
+        visible_alias = "watch-progress-notify-interval",
+        env = "EPHD_WATCH_PROGRESS_NOTIFY_INTERVAL",
+        default_value = "10m",
+        value_parser = parse_duration
+    )]
+    pub watch_progress_notify_interval: Duration,
+
+    /// Log filter (tracing syntax: error, warn, info, debug, or per-module directives).
+    #[arg(long, env = "EPHD_LOG_LEVEL", default_value = "info")]
+    pub log_level: String,
+}
+
+impl Config {
+    /// The configuration with all defaults, as if run with no flags.
+    pub fn defaults() -> Self {
+        Config::parse_from(["ephd"])
+    }
+
+    /// The URLs to advertise: `--advertise-client-urls`, or the listen URLs.
+    pub fn advertised_urls(&self) -> Vec<String> {
+        if self.advertise_client_urls.is_empty() {
+            self.listen_client_urls.clone()
+        } else {
+            self.advertise_client_urls.clone()
+        }
+    }
+}
+
+/// Parses a listen URL such as `http://127.0.0.1:2379` into a socket address.
+pub fn listen_addr(url: &str) -> Result<SocketAddr, String> {
+    let rest = url
+        .strip_prefix("http://")
+        .ok_or_else(|| format!("unsupported listen URL {url:?}: only http:// is supported"))?;
+    let hostport = rest.trim_end_matches('/');
+    hostport
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve listen URL {url:?}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("listen URL {url:?} resolves to no address"))
+}
+
+/// Parses Go's duration syntax (`1h30m`, `10s`, `250ms`, `0`), which etcd's
+/// duration flags use.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    if s == "0" {
+        return Ok(Duration::ZERO);
+    }
+    let mut total = Duration::ZERO;
+    let mut rest = s;
+    if rest.is_empty() {
+        return Err("empty duration".into());
+    }
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(|| format!("missing unit in duration {s:?}"))?;
+        if digits == 0 {
+            return Err(format!("invalid duration {s:?}"));
+        }
+        let value: f64 = rest[..digits]
+            .parse()
+            .map_err(|_| format!("invalid number in duration {s:?}"))?;
+        rest = &rest[digits..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let secs = match &rest[..unit_len] {
+            "h" => 3600.0,
+            "m" => 60.0,
+            "s" => 1.0,
+            "ms" => 1e-3,
+            "us" | "µs" => 1e-6,
+            "ns" => 1e-9,
+            u => return Err(format!("unknown unit {u:?} in duration {s:?}")),
+        };
+        total += Duration::from_secs_f64(value * secs);
+        rest = &rest[unit_len..];
+    }
+    Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_follow_go_syntax() {
+        assert_eq!(parse_duration("10m").unwrap(), Duration::from_secs(600));
+        assert_eq!(parse_duration("1m30s").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(parse_duration("0").unwrap(), Duration::ZERO);
+        assert!(parse_duration("10").is_err());
+        assert!(parse_duration("5x").is_err());
+    }
+
+    #[test]
+    fn defaults_listen_on_loopback_2379() {
+        let c = Config::defaults();
+        assert_eq!(c.listen_client_urls, vec!["http://127.0.0.1:2379"]);
+        assert_eq!(listen_addr(&c.listen_client_urls[0]).unwrap().port(), 2379);
+        assert_eq!(c.max_request_bytes, 1_572_864);
+        assert_eq!(c.max_txn_ops, 128);
+    }
+}

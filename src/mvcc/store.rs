@@ -1,0 +1,493 @@
+//! The store: ordered index, per-key history, revision sequencer.
+//!
+//! # Concurrency
+//! * The index is a lock-free ordered skip list (crossbeam) of keys; each key
+//!   owns a small lock around its version history.
+//! * Writers that touch only single keys (every Kubernetes write) take a
+//!   shared "mode" lock plus the locks of their keys, in key order, so writers
+//!   of different keys run in parallel. Writers that touch ranges (range
+//!   deletes, range compares, range reads inside write txns) and compaction
+//!   batches take the mode lock exclusively.
+//! * A revision is allocated only once a write is known to change something,
+//!   while its keys are locked. After applying its versions the writer hands
+//!   its events to the sequencer, which publishes revisions strictly in order:
+//!   the *committed* watermark is the highest revision with every revision
+//!   below it applied, and it is what readers call "current". A reader at
+//!   revision N therefore sees all of 1..N and nothing of N+1.
+//! * Readers never take the mode lock; they read each key's history under
+//!   its lock and pick the newest version at or below their revision. A
+//!   compaction gate (read-mostly lock) keeps a read from racing the moment
+//!   the compacted revision moves.
+
+use super::log::EventLog;
+use super::range::{execute_range, range_bound, KvSource};
+use super::types::*;
+use crate::error::{Error, Result};
+use crate::lease::{LeaseInfo, Lessor, LessorConfig};
+use bytes::Bytes;
+use crossbeam_skiplist::SkipMap;
+use parking_lot::{Mutex, RwLock};
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+
+/// Store settings.
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    /// Most compares, or ops per branch, a txn may have (`--max-txn-ops`).
+    pub max_txn_ops: usize,
+    /// Revision the store starts at (etcd starts at 1). Higher values keep
+    /// revisions monotonic across restarts; everything below is compacted.
+    pub initial_revision: i64,
+    /// Lease settings.
+    pub lessor: LessorConfig,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            max_txn_ops: 128,
+            initial_revision: 1,
+            lessor: LessorConfig::default(),
+        }
+    }
+}
+
+/// One version in a key's history; `kv == None` is a deletion tombstone.
+#[derive(Debug, Clone)]
+pub(crate) struct Version {
+    pub(crate) rev: i64,
+    pub(crate) kv: Option<Kv>,
+}
+
+/// A key's history, oldest first.
+#[derive(Default)]
+pub(crate) struct KeyEntry {
+    pub(crate) versions: RwLock<Vec<Version>>,
+}
+
+/// The version visible at `rev`, if the key was live then.
+pub(crate) fn visible(versions: &[Version], rev: i64) -> Option<&Kv> {
+    versions
+        .iter()
+        .rev()
+        .find(|v| v.rev <= rev)
+        .and_then(|v| v.kv.as_ref())
+}
+
+/// The newest version, if the key is live now.
+pub(crate) fn latest(versions: &[Version]) -> Option<&Kv> {
+    versions.last().and_then(|v| v.kv.as_ref())
+}
+
+/// Counters reported by Maintenance.Status and metrics.
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Bytes of keys and values of every retained version.
+    pub total_bytes: AtomicI64,
+    /// Bytes of keys and values of the newest live versions.
+    pub live_bytes: AtomicI64,
+    /// Live keys.
+    pub live_keys: AtomicI64,
+    /// Applied mutating requests (etcd's raft index analogue).
+    pub applied_index: AtomicU64,
+}
+
+fn kv_bytes(kv: &KeyValue) -> i64 {
+    (kv.key.len() + kv.value.len()) as i64
+}
+
+/// The multi-version store; see the module docs for the design.
+pub struct Store {
+    pub(crate) index: SkipMap<Bytes, KeyEntry>,
+    pub(crate) mode: RwLock<()>,
+    pub(crate) compaction_gate: RwLock<()>,
+    compacted: AtomicI64,
+    allocated: AtomicI64,
+    committed: AtomicI64,
+    pending: Mutex<BTreeMap<i64, Vec<Event>>>,
+    log: EventLog,
+    lessor: Lessor,
+    stats: Stats,
+    pub(crate) config: StoreConfig,
+}
+
+impl Store {
+    /// An empty store at `config.initial_revision`. When that is above 1,
+    /// every revision below it reads as compacted, as after etcd's
+    /// `snapshot restore --bump-revision --mark-compacted`.
+    pub fn new(config: StoreConfig) -> Self {
+        let start = config.initial_revision.max(1);
+        let compacted = if start > 1 { start } else { -1 };
+        Store {
+            index: SkipMap::new(),
+            mode: RwLock::new(()),
+            compaction_gate: RwLock::new(()),
+            compacted: AtomicI64::new(compacted),
+            allocated: AtomicI64::new(start),
+            committed: AtomicI64::new(start),
+            pending: Mutex::new(BTreeMap::new()),
+            log: EventLog::new(start),
+            lessor: Lessor::new(config.lessor.clone()),
+            stats: Stats::default(),
+            config,
+        }
+    }
+
+    /// The latest committed revision: every revision up to it is visible.
+    pub fn current_revision(&self) -> i64 {
+        self.committed.load(Ordering::Acquire)
+    }
+
+    /// The compacted revision (reads below it fail); -1 if never compacted.
+    pub fn compacted_revision(&self) -> i64 {
+        self.compacted.load(Ordering::Acquire)
+    }
+
+    /// The change log watchers read.
+    pub fn log(&self) -> &EventLog {
+        &self.log
+    }
+
+    /// The lease owner.
+    pub fn lessor(&self) -> &Lessor {
+        &self.lessor
+    }
+
+    /// Size and apply counters.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// Counts one applied request that changes no key (lease grant etc.),
+    /// so the reported index moves like etcd's raft index.
+    pub fn note_applied(&self) {
+        self.stats.applied_index.fetch_add(1, Ordering::Relaxed);
+    }
+
+    // ---------------------------------------------------------------- reads
+
+    /// Range with etcd's semantics.
+    pub fn range(&self, req: &RangeRequest) -> Result<RangeResponse> {
+        let _gate = self.compaction_gate.read();
+        let current = self.current_revision();
+        let rev = self.check_read_revision(req.revision, current)?;
+        Ok(execute_range(req, rev, current, &Snapshot(self)))
+    }
+
+    /// Resolves a requested read revision (0 = current) against `current`
+    /// and the compacted revision, in etcd's order of checks.
+    pub(crate) fn check_read_revision(&self, requested: i64, current: i64) -> Result<i64> {
+        if requested > current {
+            return Err(Error::FutureRev);
+        }
+        let rev = if requested <= 0 { current } else { requested };
+        if rev < self.compacted_revision() {
+            return Err(Error::Compacted);
+        }
+        Ok(rev)
+    }
+
+    /// Every live key-value at the current revision, in key order (for
+    /// snapshots and persistence), with that revision.
+    pub fn snapshot_latest(&self) -> (i64, Vec<Kv>) {
+        let _gate = self.compaction_gate.read();
+        let rev = self.current_revision();
+        let mut out = Vec::new();
+        Snapshot(self).for_each_visible(
+            &Bytes::from_static(b"\0"),
+            &Bytes::from_static(b"\0"),
+            rev,
+            &mut |kv| out.push(kv.clone()),
+        );
+        (rev, out)
+    }
+
+    /// A hash of every version in `(compacted, rev]`, stable for identical
+    /// histories; the analogue of etcd's HashKV. Returns (hash, compacted, rev).
+    pub fn hash_kv(&self, rev: i64) -> Result<(u32, i64, i64)> {
+        let _gate = self.compaction_gate.read();
+        let current = self.current_revision();
+        let rev = self.check_read_revision(rev, current)?;
+        let compacted = self.compacted_revision();
+        let mut h: u32 = 0x811c_9dc5;
+        let mut mix = |bytes: &[u8]| {
+            for b in bytes {
+                h ^= *b as u32;
+                h = h.wrapping_mul(0x0100_0193);
+            }
+        };
+        for entry in self.index.iter() {
+            let versions = entry.value().versions.read();
+            for v in versions.iter().filter(|v| v.rev <= rev) {
+                mix(entry.key());
+                mix(&v.rev.to_be_bytes());
+                match &v.kv {
+                    Some(kv) => {
+                        mix(&kv.value);
+                        mix(&kv.lease.to_be_bytes());
+                    }
+                    None => mix(b"\xfftombstone"),
+                }
+            }
+        }
+        Ok((h, compacted, rev))
+    }
+
+    // --------------------------------------------------------------- writes
+
+    /// Put as a one-op write; etcd checks the lease before the ignore flags.
+    pub fn put(&self, req: PutRequest) -> Result<PutResponse> {
+        if req.lease != 0
+            && !self.lessor.contains(req.lease)
+            && self.lessor.config().adopt_unknown_ttl.is_none()
+        {
+            return Err(Error::LeaseNotFound);
+        }
+        let resp = self.txn(TxnRequest {
+            compare: Vec::new(),
+            success: vec![RequestOp::Put(req)],
+            failure: Vec::new(),
+        })?;
+        match resp.responses.into_iter().next() {
+            Some(ResponseOp::Put(p)) => Ok(p),
+            _ => unreachable!("a put txn answers with a put response"),
+        }
+    }
+
+    /// DeleteRange as a one-op write.
+    pub fn delete_range(&self, req: DeleteRequest) -> Result<DeleteResponse> {
+        let resp = self.txn(TxnRequest {
+            compare: Vec::new(),
+            success: vec![RequestOp::Delete(req)],
+            failure: Vec::new(),
+        })?;
+        match resp.responses.into_iter().next() {
+            Some(ResponseOp::Delete(d)) => Ok(d),
+            _ => unreachable!("a delete txn answers with a delete response"),
+        }
+    }
+
+    /// Allocates the next revision; only called with the written keys locked
+    /// and once the write is certain to change something.
+    pub(crate) fn allocate_revision(&self) -> i64 {
+        self.allocated.fetch_add(1, Ordering::AcqRel) + 1
+    }
+
+    /// The newest allocated revision: what a write that changes nothing
+    /// reports, since every key it looked at is at or below it.
+    pub(crate) fn allocated_revision(&self) -> i64 {
+        self.allocated.load(Ordering::Acquire)
+    }
+
+    /// Publishes revision `rev` with its events once every earlier revision
+    /// is published; keeps the log in revision order.
+    pub(crate) fn commit(&self, rev: i64, events: Vec<Event>) {
+        self.stats.applied_index.fetch_add(1, Ordering::Relaxed);
+        let mut pending = self.pending.lock();
+        let mut next = self.committed.load(Ordering::Acquire) + 1;
+        if rev != next {
+            pending.insert(rev, events);
+            return;
+        }
+        self.log.append(rev, events);
+        while let Some(events) = pending.remove(&(next + 1)) {
+            next += 1;
+            self.log.append(next, events);
+        }
+        self.committed.store(next, Ordering::Release);
+    }
+
+    /// Waits until revision `rev` is visible to readers, so that a client
+    /// that got a response for it can read it back (linearizability).
+    pub(crate) fn wait_visible(&self, rev: i64) {
+        let mut spins = 0u32;
+        while self.current_revision() < rev {
+            if spins < 64 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+            spins += 1;
+        }
+    }
+
+    /// Records a new version in a key's history and keeps the counters.
+    pub(crate) fn push_version(&self, versions: &mut Vec<Version>, version: Version) {
+        let prev_live = latest(versions).map(|kv| kv_bytes(kv));
+        let new_live = version.kv.as_ref().map(|kv| kv_bytes(kv));
+        if let Some(n) = new_live {
+            self.stats.total_bytes.fetch_add(n, Ordering::Relaxed);
+        }
+        let delta = new_live.unwrap_or(0) - prev_live.unwrap_or(0);
+        self.stats.live_bytes.fetch_add(delta, Ordering::Relaxed);
+        let keys_delta = new_live.is_some() as i64 - prev_live.is_some() as i64;
+        self.stats
+            .live_keys
+            .fetch_add(keys_delta, Ordering::Relaxed);
+        versions.push(version);
+    }
+
+    // --------------------------------------------------------------- leases
+
+    /// Grants a lease (counted as an applied request).
+    pub fn lease_grant(&self, id: i64, ttl: i64) -> Result<(i64, i64)> {
+        let granted = self.lessor.grant(id, ttl)?;
+        self.note_applied();
+        Ok(granted)
+    }
+
+    /// Revokes a lease: every key still attached to it is deleted at one
+    /// revision, in key order, with DELETE events. Returns the revision after.
+    pub fn lease_revoke(&self, id: i64) -> Result<i64> {
+        let keys = self.lessor.take_for_revoke(id)?;
+        Ok(self.delete_keys_of_lease(id, keys))
+    }
+
+    /// TTL information of one lease.
+    pub fn lease_time_to_live(&self, id: i64, keys: bool) -> Option<LeaseInfo> {
+        self.lessor.info(id, keys)
+    }
+
+    // ----------------------------------------------------------- compaction
+
+    /// Compacts history at `rev`: reads below it fail from now on, and every
+    /// key keeps its newest version at or below it (unless that is a delete).
+    pub fn compact(&self, rev: i64) -> Result<i64> {
+        {
+            let _gate = self.compaction_gate.write();
+            let current = self.current_revision();
+            if rev <= self.compacted_revision() {
+                return Err(Error::Compacted);
+            }
+            if rev > current {
+                return Err(Error::FutureRev);
+            }
+            self.compacted.store(rev, Ordering::Release);
+        }
+        self.note_applied();
+        self.log.trim_below(rev);
+        self.prune_history(rev);
+        Ok(self.current_revision())
+    }
+
+    /// Drops versions no reader can ask for any more, in batches so writers
+    /// are never held up for long.
+    fn prune_history(&self, rev: i64) {
+        const BATCH: usize = 1024;
+        let mut from: Option<Bytes> = None;
+        loop {
+            let _exclusive = self.mode.write();
+            let mut seen = 0;
+            let lower = match &from {
+                Some(k) => Bound::Excluded(k.clone()),
+                None => Bound::Unbounded,
+            };
+            let mut last = None;
+            for entry in self.index.range((lower, Bound::Unbounded)) {
+                if seen == BATCH {
+                    break;
+                }
+                seen += 1;
+                let empty = {
+                    let mut versions = entry.value().versions.write();
+                    let freed = prune_versions(&mut versions, rev);
+                    self.stats.total_bytes.fetch_sub(freed, Ordering::Relaxed);
+                    versions.is_empty()
+                };
+                if empty {
+                    entry.remove();
+                }
+                last = Some(entry.key().clone());
+            }
+            match last {
+                Some(k) if seen == BATCH => from = Some(k),
+                _ => return,
+            }
+        }
+    }
+}
+
+/// Removes versions below `rev` except the newest one at or below it, and
+/// that one too if it is a tombstone. Returns the bytes freed.
+fn prune_versions(versions: &mut Vec<Version>, rev: i64) -> i64 {
+    let Some(keep_from) = versions.iter().rposition(|v| v.rev <= rev) else {
+        return 0;
+    };
+    let drop_to = if versions[keep_from].kv.is_none() {
+        keep_from + 1
+    } else {
+        keep_from
+    };
+    if drop_to == 0 {
+        return 0;
+    }
+    let freed = versions[..drop_to]
+        .iter()
+        .filter_map(|v| v.kv.as_ref().map(|kv| kv_bytes(kv)))
+        .sum();
+    versions.drain(..drop_to);
+    freed
+}
+
+/// Reads through each key's lock: what unary ranges, read-only txns and
+/// exclusive-mode writers use.
+pub(crate) struct Snapshot<'a>(pub(crate) &'a Store);
+
+impl KvSource for Snapshot<'_> {
+    fn for_each_visible(&self, key: &Bytes, end: &Bytes, rev: i64, f: &mut dyn FnMut(&Kv)) {
+        match range_bound(end) {
+            None => {
+                if let Some(entry) = self.0.index.get(key) {
+                    if let Some(kv) = visible(&entry.value().versions.read(), rev) {
+                        f(kv);
+                    }
+                }
+            }
+            Some(upper) => {
+                let upper = match upper {
+                    Some(end) if end.as_ref() <= key.as_ref() => return,
+                    Some(end) => Bound::Excluded(end.clone()),
+                    None => Bound::Unbounded,
+                };
+                for entry in self.0.index.range((Bound::Included(key.clone()), upper)) {
+                    if let Some(kv) = visible(&entry.value().versions.read(), rev) {
+                        f(kv);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    fn v(rev: i64, live: bool) -> Version {
+        Version {
+            rev,
+            kv: live.then(|| {
+                Arc::new(KeyValue {
+                    key: Bytes::from_static(b"k"),
+                    mod_revision: rev,
+                    ..Default::default()
+                })
+            }),
+        }
+    }
+
+    #[test]
+    fn prune_keeps_newest_version_at_or_below_compaction() {
+        let mut h = vec![v(2, true), v(4, true), v(6, true)];
+        prune_versions(&mut h, 5);
+        assert_eq!(h.iter().map(|v| v.rev).collect::<Vec<_>>(), vec![4, 6]);
+        let mut h = vec![v(2, true), v(4, false)];
+        prune_versions(&mut h, 5);
+        assert!(h.is_empty(), "a tombstone at or below the compaction goes");
+        let mut h = vec![v(7, true)];
+        prune_versions(&mut h, 5);
+        assert_eq!(h.len(), 1);
+    }
+}
