@@ -4,6 +4,7 @@
 
 use clap::Parser;
 use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// ephd's configuration.
@@ -48,6 +49,38 @@ pub struct Config {
         value_parser = parse_duration
     )]
     pub watch_progress_notify_interval: Duration,
+
+    /// Directory for the optional snapshot (keys, leases, revision high-water
+    /// mark). Without it ephd keeps everything in memory only.
+    #[arg(long, env = "EPHD_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+
+    /// How often to write the snapshot when `--data-dir` is set (it is also
+    /// written on SIGTERM/SIGINT); 0 writes only on shutdown.
+    #[arg(long, env = "EPHD_SNAPSHOT_INTERVAL", default_value = "30s", value_parser = parse_duration)]
+    pub snapshot_interval: Duration,
+
+    /// Start above every revision ever issued (restored high-water mark plus a
+    /// margin, or a wall-clock-derived revision), mark everything below as
+    /// compacted and create `compact_rev_key`, so kube-apiserver never sees
+    /// revisions go backwards across restarts. `false` starts at revision 1
+    /// like a fresh etcd.
+    #[arg(long, env = "EPHD_REVISION_CONTINUITY", default_value_t = true, action = clap::ArgAction::Set)]
+    pub revision_continuity: bool,
+
+    /// Adopt a lease ID that a put names but ephd does not know, with this TTL
+    /// in seconds, instead of failing with "requested lease not found"
+    /// (kube-apiserver reuses cached lease IDs for up to a minute after an
+    /// ephd restart). 0 disables adoption: etcd's behaviour.
+    #[arg(long, env = "EPHD_LEASE_ADOPT_UNKNOWN_TTL", default_value_t = 3660)]
+    pub lease_adopt_unknown_ttl: i64,
+
+    /// Comma-separated URLs for the HTTP endpoints /health, /livez, /readyz,
+    /// /metrics and /version, e.g. `http://127.0.0.1:2381` (kubeadm's etcd
+    /// already uses 2381 on control-plane nodes, so pick another port there).
+    /// Empty by default, like etcd's flag.
+    #[arg(long, env = "EPHD_LISTEN_METRICS_URLS", value_delimiter = ',')]
+    pub listen_metrics_urls: Vec<String>,
 
     /// Log filter (tracing syntax: error, warn, info, debug, or per-module directives).
     #[arg(long, env = "EPHD_LOG_LEVEL", default_value = "info")]

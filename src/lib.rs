@@ -23,8 +23,11 @@
 pub mod api;
 pub mod config;
 pub mod error;
+pub mod http;
 pub mod lease;
+pub mod metrics;
 pub mod mvcc;
+pub mod persist;
 pub mod proto;
 pub mod server;
 pub mod watch;

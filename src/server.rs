@@ -1,20 +1,25 @@
-//! Wiring: the store, the gRPC services, listeners, background tasks and
-//! graceful shutdown.
+//! Wiring: restore, the store, the gRPC services, listeners, background
+//! tasks (lease expiry, snapshots) and graceful shutdown.
 
 use crate::api::{
     AuthService, ClusterService, KvService, LeaseService, MaintenanceService, ServerInfo, Shared,
     WatchService,
 };
 use crate::config::{listen_addr, Config};
-use crate::mvcc::{Store, StoreConfig};
+use crate::lease::LessorConfig;
+use crate::metrics::Metrics;
+use crate::mvcc::{PutRequest, RangeRequest, Store, StoreConfig};
+use crate::persist;
 use crate::proto::etcdserverpb::{
     auth_server::AuthServer, cluster_server::ClusterServer, kv_server::KvServer,
     lease_server::LeaseServer, maintenance_server::MaintenanceServer, watch_server::WatchServer,
 };
+use bytes::Bytes;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_stream::wrappers::TcpListenerStream;
@@ -26,22 +31,114 @@ const EXPIRY_TICK: Duration = Duration::from_millis(100);
 /// Leases revoked per tick at most (1,000/s, etcd's revoke rate), so an
 /// expiry storm cannot starve other requests.
 const REVOKES_PER_TICK: usize = 100;
+/// Revisions a restored high-water mark is bumped by: covers writes made
+/// after the last periodic snapshot before a crash.
+const RESTORE_MARGIN: i64 = 10_000_000;
+/// Revisions per millisecond of wall clock in the derived start revision: a
+/// previous run would need to average more than a million writes per second
+/// to have issued a revision above the next run's start.
+const REVISIONS_PER_MS: i64 = 1_000;
+/// The key kube-apiserver's compactor coordinates through.
+pub const COMPACT_REV_KEY: &str = "compact_rev_key";
+/// How long shutdown waits for in-flight requests.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// The revision a fresh store starts at; see `--revision-continuity`.
+pub fn start_revision(continuity: bool, restored: Option<i64>) -> i64 {
+    let restored = restored.unwrap_or(0);
+    if !continuity {
+        return restored.max(1);
+    }
+    let wall_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0);
+    (wall_ms.saturating_mul(REVISIONS_PER_MS)).max(restored.saturating_add(RESTORE_MARGIN))
+}
 
 /// A bound, not yet running server.
 pub struct Server {
     shared: Shared,
+    stop: watch::Sender<bool>,
     listeners: Vec<(SocketAddr, TcpListener)>,
+    http_listeners: Vec<(SocketAddr, TcpListener)>,
     config: Config,
 }
 
+async fn bind_all(urls: &[String]) -> Result<Vec<(SocketAddr, TcpListener)>, String> {
+    let mut out = Vec::new();
+    for url in urls.iter().filter(|u| !u.trim().is_empty()) {
+        let addr = listen_addr(url)?;
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|e| format!("cannot listen on {url}: {e}"))?;
+        let local = listener.local_addr().map_err(|e| e.to_string())?;
+        out.push((local, listener));
+    }
+    Ok(out)
+}
+
+/// Builds the store: restores the snapshot if there is one, picks the start
+/// revision, and creates `compact_rev_key` when revisions continue.
+fn build_store(config: &Config) -> Result<Store, String> {
+    let restored = match &config.data_dir {
+        Some(dir) => persist::read(dir)
+            .map_err(|e| format!("cannot read snapshot in {}: {e}", dir.display()))?,
+        None => None,
+    };
+    let start = start_revision(
+        config.revision_continuity,
+        restored.as_ref().map(|r| r.revision),
+    );
+    let adopt = (config.lease_adopt_unknown_ttl > 0).then_some(config.lease_adopt_unknown_ttl);
+    let store = Store::new(StoreConfig {
+        max_txn_ops: config.max_txn_ops,
+        initial_revision: start,
+        lessor: LessorConfig {
+            adopt_unknown_ttl: adopt,
+            ..LessorConfig::default()
+        },
+    });
+    if let Some(r) = restored {
+        tracing::info!(
+            keys = r.kvs.len(),
+            leases = r.leases.len(),
+            high_water_mark = r.revision,
+            complete = r.complete,
+            "restored snapshot"
+        );
+        store.load(r.kvs, r.leases);
+    }
+    if config.revision_continuity {
+        let key = Bytes::from_static(COMPACT_REV_KEY.as_bytes());
+        let existing = store
+            .range(&RangeRequest {
+                key: key.clone(),
+                ..Default::default()
+            })
+            .map_err(|e| e.to_string())?;
+        if existing.kvs.is_empty() {
+            store
+                .put(PutRequest {
+                    key,
+                    value: Bytes::from(start.to_string()),
+                    ..Default::default()
+                })
+                .map_err(|e| e.to_string())?;
+        }
+        tracing::info!(
+            start_revision = start,
+            "revisions continue above every earlier run; older ones read as compacted"
+        );
+    }
+    Ok(store)
+}
+
 impl Server {
-    /// Builds the store and binds every listen URL. Fails (without
-    /// panicking) on bad URLs or ports already in use.
+    /// Restores state, builds the store and binds every listen URL. Fails
+    /// (without panicking) on bad URLs, ports in use or unreadable snapshots.
     pub async fn bind(config: Config) -> Result<Server, String> {
-        let store = Arc::new(Store::new(StoreConfig {
-            max_txn_ops: config.max_txn_ops,
-            ..StoreConfig::default()
-        }));
+        let store = Arc::new(build_store(&config)?);
         let mut info = ServerInfo::new(&config.name, config.advertised_urls());
         info.max_request_bytes = config.max_request_bytes;
         info.progress_notify_interval = if config.watch_progress_notify_interval.is_zero() {
@@ -49,28 +146,31 @@ impl Server {
         } else {
             config.watch_progress_notify_interval
         };
-        let mut listeners = Vec::new();
-        for url in &config.listen_client_urls {
-            let addr = listen_addr(url)?;
-            let listener = TcpListener::bind(addr)
-                .await
-                .map_err(|e| format!("cannot listen on {url}: {e}"))?;
-            let local = listener.local_addr().map_err(|e| e.to_string())?;
-            listeners.push((local, listener));
-        }
+        let listeners = bind_all(&config.listen_client_urls).await?;
+        let http_listeners = bind_all(&config.listen_metrics_urls).await?;
+        let (stop, stop_rx) = watch::channel(false);
         Ok(Server {
             shared: Shared {
                 store,
                 info: Arc::new(info),
+                metrics: Arc::new(Metrics::new()),
+                stop: stop_rx,
             },
+            stop,
             listeners,
+            http_listeners,
             config,
         })
     }
 
-    /// The addresses actually bound (useful with port 0).
+    /// The gRPC addresses actually bound (useful with port 0).
     pub fn local_addrs(&self) -> Vec<SocketAddr> {
         self.listeners.iter().map(|(a, _)| *a).collect()
+    }
+
+    /// The HTTP (health/metrics) addresses actually bound.
+    pub fn http_addrs(&self) -> Vec<SocketAddr> {
+        self.http_listeners.iter().map(|(a, _)| *a).collect()
     }
 
     /// The store, for in-process tests and tools.
@@ -78,18 +178,40 @@ impl Server {
         self.shared.store.clone()
     }
 
-    /// Serves until `shutdown` completes, then stops accepting, lets
-    /// in-flight requests finish and returns.
+    /// Serves until `shutdown` completes; then ends open streams with
+    /// Unavailable, lets in-flight requests finish (bounded), writes the
+    /// final snapshot when `--data-dir` is set, and returns.
     pub async fn run(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), String> {
-        let (stop_tx, stop_rx) = watch::channel(false);
+        let stop_tx = self.stop;
+        let stop_rx = self.shared.stop.clone();
         tokio::spawn(async move {
             shutdown.await;
             let _ = stop_tx.send(true);
         });
-        let expiry = tokio::spawn(expire_leases(self.shared.store.clone(), stop_rx.clone()));
+        let store = self.shared.store.clone();
+        let expiry = tokio::spawn(expire_leases(self.shared.clone()));
+        let snapshots = self.config.data_dir.clone().map(|dir| {
+            tokio::spawn(snapshot_loop(
+                store.clone(),
+                dir,
+                self.config.snapshot_interval,
+                stop_rx.clone(),
+            ))
+        });
+        for (addr, listener) in self.http_listeners {
+            tracing::info!(%addr, "serving /health and /metrics");
+            let mut stop = stop_rx.clone();
+            tokio::spawn(crate::http::serve(
+                listener,
+                self.shared.clone(),
+                async move {
+                    crate::api::stopped(&mut stop).await;
+                },
+            ));
+        }
         let decode_limit = self.config.max_request_bytes + GRPC_OVERHEAD_BYTES;
         let mut servers = Vec::new();
         for (addr, listener) in self.listeners {
@@ -122,42 +244,115 @@ impl Server {
             servers.push(tokio::spawn(async move {
                 router
                     .serve_with_incoming_shutdown(incoming, async move {
-                        let _ = stop.wait_for(|s| *s).await;
+                        crate::api::stopped(&mut stop).await;
                     })
                     .await
             }));
         }
         let mut result = Ok(());
+        let mut stop = stop_rx.clone();
+        crate::api::stopped(&mut stop).await;
+        let deadline = tokio::time::Instant::now() + SHUTDOWN_GRACE;
         for s in servers {
-            match s.await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => result = Err(format!("server error: {e}")),
-                Err(e) => result = Err(format!("server task failed: {e}")),
+            match tokio::time::timeout_at(deadline, s).await {
+                Ok(Ok(Ok(()))) => {}
+                Ok(Ok(Err(e))) => result = Err(format!("server error: {e}")),
+                Ok(Err(e)) => result = Err(format!("server task failed: {e}")),
+                Err(_) => tracing::warn!(
+                    "in-flight requests did not finish within the shutdown grace period"
+                ),
             }
         }
         expiry.abort();
+        if let Some(task) = snapshots {
+            // The loop writes the final snapshot when it sees the stop signal.
+            match task.await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => result = Err(e),
+                Err(e) => result = Err(format!("snapshot task failed: {e}")),
+            }
+        }
         result
     }
 }
 
+/// Writes a snapshot now (off the async workers).
+async fn write_snapshot(store: &Arc<Store>, dir: &std::path::Path) -> Result<(), String> {
+    let store = store.clone();
+    let dir = dir.to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        let started = Instant::now();
+        let (rev, kvs) = store.snapshot_latest();
+        let leases = store.lessor().all(false);
+        let bytes = persist::write(&dir, rev, &kvs, &leases)
+            .map_err(|e| format!("cannot write snapshot to {}: {e}", dir.display()))?;
+        tracing::info!(
+            revision = rev,
+            keys = kvs.len(),
+            leases = leases.len(),
+            bytes,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "snapshot written"
+        );
+        Ok(())
+    })
+    .await
+    .map_err(|e| format!("snapshot task failed: {e}"))?
+}
+
+/// Writes snapshots every `interval` (if non-zero) and once more at shutdown.
+async fn snapshot_loop(
+    store: Arc<Store>,
+    dir: PathBuf,
+    interval: Duration,
+    mut stop: watch::Receiver<bool>,
+) -> Result<(), String> {
+    let period = if interval.is_zero() {
+        Duration::from_secs(u64::MAX / 4)
+    } else {
+        interval
+    };
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {
+                if let Err(e) = write_snapshot(&store, &dir).await {
+                    tracing::error!(error = %e, "periodic snapshot failed");
+                }
+            }
+            _ = crate::api::stopped(&mut stop) => break,
+        }
+    }
+    write_snapshot(&store, &dir).await
+}
+
 /// Revokes expired leases, at most [`REVOKES_PER_TICK`] per tick.
-async fn expire_leases(store: Arc<Store>, mut stop: watch::Receiver<bool>) {
+async fn expire_leases(shared: Shared) {
+    let mut stop = shared.stop.clone();
     let mut tick = tokio::time::interval(EXPIRY_TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = tick.tick() => {}
-            _ = stop.wait_for(|s| *s) => return,
+            _ = crate::api::stopped(&mut stop) => return,
         }
-        let ids = store.lessor().expired(Instant::now(), REVOKES_PER_TICK);
+        let ids = shared
+            .store
+            .lessor()
+            .expired(Instant::now(), REVOKES_PER_TICK);
         if ids.is_empty() {
             continue;
         }
-        let store = store.clone();
+        let s = shared.clone();
         let revoked = tokio::task::spawn_blocking(move || {
             for id in ids {
-                match store.lease_revoke(id) {
-                    Ok(rev) => tracing::debug!(lease = id, rev, "lease expired"),
+                match s.store.lease_revoke(id) {
+                    Ok(rev) => {
+                        s.metrics.lease_expired.inc();
+                        tracing::debug!(lease = id, rev, "lease expired");
+                    }
                     Err(e) => tracing::debug!(lease = id, error = %e, "expired lease already gone"),
                 }
             }

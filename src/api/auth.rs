@@ -17,7 +17,7 @@ impl Auth for AuthService {
         &self,
         _req: Request<pb::AuthStatusRequest>,
     ) -> Result<Response<pb::AuthStatusResponse>, Status> {
-        let Shared { store, info } = &self.0;
+        let Shared { store, info, .. } = &self.0;
         Ok(Response::new(pb::AuthStatusResponse {
             header: info.header(store.current_revision()),
             enabled: false,

@@ -50,7 +50,7 @@ impl Cluster for ClusterService {
         &self,
         _r: Request<pb::MemberListRequest>,
     ) -> Result<Response<pb::MemberListResponse>, Status> {
-        let Shared { store, info } = &self.0;
+        let Shared { store, info, .. } = &self.0;
         Ok(Response::new(pb::MemberListResponse {
             header: info.header(store.current_revision()),
             members: self.members(),

@@ -18,7 +18,13 @@ impl Kv for KvService {
         if req.key.is_empty() {
             return Err(status(crate::error::Error::EmptyKey));
         }
-        let Shared { store, info } = &self.0;
+        let Shared {
+            store,
+            info,
+            metrics,
+            ..
+        } = &self.0;
+        metrics.range_total.inc();
         let resp = store.range(&convert::range_request(req)).map_err(status)?;
         let header = info.header(resp.revision);
         Ok(Response::new(convert::range_response(resp, header)))
@@ -26,8 +32,14 @@ impl Kv for KvService {
 
     async fn put(&self, req: Request<pb::PutRequest>) -> Result<Response<pb::PutResponse>, Status> {
         let req = req.into_inner();
-        let Shared { store, info } = &self.0;
+        let Shared {
+            store,
+            info,
+            metrics,
+            ..
+        } = &self.0;
         check_size(info, req.encoded_len())?;
+        metrics.put_total.inc();
         let resp = store.put(convert::put_request(req)).map_err(status)?;
         let header = info.header(resp.revision);
         Ok(Response::new(convert::put_response(resp, header)))
@@ -38,8 +50,14 @@ impl Kv for KvService {
         req: Request<pb::DeleteRangeRequest>,
     ) -> Result<Response<pb::DeleteRangeResponse>, Status> {
         let req = req.into_inner();
-        let Shared { store, info } = &self.0;
+        let Shared {
+            store,
+            info,
+            metrics,
+            ..
+        } = &self.0;
         check_size(info, req.encoded_len())?;
+        metrics.delete_total.inc();
         let resp = store
             .delete_range(convert::delete_request(req))
             .map_err(status)?;
@@ -49,8 +67,14 @@ impl Kv for KvService {
 
     async fn txn(&self, req: Request<pb::TxnRequest>) -> Result<Response<pb::TxnResponse>, Status> {
         let req = req.into_inner();
-        let Shared { store, info } = &self.0;
+        let Shared {
+            store,
+            info,
+            metrics,
+            ..
+        } = &self.0;
         check_size(info, req.encoded_len())?;
+        metrics.txn_total.inc();
         let resp = store.txn(convert::txn_request(req)).map_err(status)?;
         let header = info.header(resp.revision);
         Ok(Response::new(convert::txn_response(resp, header)))
@@ -61,7 +85,7 @@ impl Kv for KvService {
         req: Request<pb::CompactionRequest>,
     ) -> Result<Response<pb::CompactionResponse>, Status> {
         let req = req.into_inner();
-        let Shared { store, info } = &self.0;
+        let Shared { store, info, .. } = &self.0;
         let store = store.clone();
         // Pruning a large history takes a while: keep it off the async workers.
         let task = tokio::task::spawn_blocking(move || store.compact(req.revision));

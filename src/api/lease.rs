@@ -20,8 +20,9 @@ impl Lease for LeaseService {
         req: Request<pb::LeaseGrantRequest>,
     ) -> Result<Response<pb::LeaseGrantResponse>, Status> {
         let req = req.into_inner();
-        let Shared { store, info } = &self.0;
+        let Shared { store, info, .. } = &self.0;
         let (id, ttl) = store.lease_grant(req.id, req.ttl).map_err(status)?;
+        self.0.metrics.lease_granted.inc();
         Ok(Response::new(pb::LeaseGrantResponse {
             header: info.header(store.current_revision()),
             id,
@@ -35,8 +36,9 @@ impl Lease for LeaseService {
         req: Request<pb::LeaseRevokeRequest>,
     ) -> Result<Response<pb::LeaseRevokeResponse>, Status> {
         let id = req.into_inner().id;
-        let Shared { store, info } = &self.0;
+        let Shared { store, info, .. } = &self.0;
         let rev = store.lease_revoke(id).map_err(status)?;
+        self.0.metrics.lease_revoked.inc();
         Ok(Response::new(pb::LeaseRevokeResponse {
             header: info.header(rev),
         }))
@@ -52,9 +54,21 @@ impl Lease for LeaseService {
         let shared = self.0.clone();
         let (tx, rx) = mpsc::channel(16);
         tokio::spawn(async move {
-            while let Ok(Some(req)) = inbound.message().await {
+            let mut stop = shared.stop.clone();
+            loop {
+                let req = tokio::select! {
+                    msg = inbound.message() => match msg {
+                        Ok(Some(req)) => req,
+                        _ => return,
+                    },
+                    _ = crate::api::stopped(&mut stop) => {
+                        let _ = tx.send(Err(super::shutting_down())).await;
+                        return;
+                    }
+                };
                 // etcd answers an unknown (or just expired) lease with TTL 0.
                 let ttl = shared.store.lessor().renew(req.id).unwrap_or(0);
+                shared.metrics.lease_renewed.inc();
                 let resp = pb::LeaseKeepAliveResponse {
                     header: shared.info.header(shared.store.current_revision()),
                     id: req.id,
@@ -73,7 +87,7 @@ impl Lease for LeaseService {
         req: Request<pb::LeaseTimeToLiveRequest>,
     ) -> Result<Response<pb::LeaseTimeToLiveResponse>, Status> {
         let req = req.into_inner();
-        let Shared { store, info } = &self.0;
+        let Shared { store, info, .. } = &self.0;
         let header = info.header(store.current_revision());
         // etcd reports an unknown lease with TTL -1 rather than an error.
         let resp = match store.lease_time_to_live(req.id, req.keys) {
@@ -99,7 +113,7 @@ impl Lease for LeaseService {
         &self,
         _req: Request<pb::LeaseLeasesRequest>,
     ) -> Result<Response<pb::LeaseLeasesResponse>, Status> {
-        let Shared { store, info } = &self.0;
+        let Shared { store, info, .. } = &self.0;
         let leases = store
             .lessor()
             .all(false)

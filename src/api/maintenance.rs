@@ -19,7 +19,7 @@ impl Maintenance for MaintenanceService {
         &self,
         _r: Request<pb::AlarmRequest>,
     ) -> Result<Response<pb::AlarmResponse>, Status> {
-        let Shared { store, info } = &self.0;
+        let Shared { store, info, .. } = &self.0;
         Ok(Response::new(pb::AlarmResponse {
             header: info.header(store.current_revision()),
             alarms: Vec::new(),
@@ -30,7 +30,7 @@ impl Maintenance for MaintenanceService {
         &self,
         _r: Request<pb::StatusRequest>,
     ) -> Result<Response<pb::StatusResponse>, Status> {
-        let Shared { store, info } = &self.0;
+        let Shared { store, info, .. } = &self.0;
         let stats = store.stats();
         let applied = stats.applied_index.load(Ordering::Relaxed);
         Ok(Response::new(pb::StatusResponse {
@@ -52,7 +52,7 @@ impl Maintenance for MaintenanceService {
         &self,
         _r: Request<pb::DefragmentRequest>,
     ) -> Result<Response<pb::DefragmentResponse>, Status> {
-        let Shared { store, info } = &self.0;
+        let Shared { store, info, .. } = &self.0;
         Ok(Response::new(pb::DefragmentResponse {
             header: info.header(store.current_revision()),
         }))
@@ -62,7 +62,7 @@ impl Maintenance for MaintenanceService {
         &self,
         _r: Request<pb::HashRequest>,
     ) -> Result<Response<pb::HashResponse>, Status> {
-        let Shared { store, info } = &self.0;
+        let Shared { store, info, .. } = &self.0;
         let (hash, _, rev) = store.hash_kv(0).map_err(status)?;
         Ok(Response::new(pb::HashResponse {
             header: info.header(rev),
@@ -74,7 +74,7 @@ impl Maintenance for MaintenanceService {
         &self,
         r: Request<pb::HashKvRequest>,
     ) -> Result<Response<pb::HashKvResponse>, Status> {
-        let Shared { store, info } = &self.0;
+        let Shared { store, info, .. } = &self.0;
         let (hash, compact_revision, hash_revision) =
             store.hash_kv(r.into_inner().revision).map_err(status)?;
         Ok(Response::new(pb::HashKvResponse {

@@ -19,6 +19,7 @@ pub use maintenance::MaintenanceService;
 pub use watch::WatchService;
 
 use crate::error::{Code, Error};
+use crate::metrics::Metrics;
 use crate::mvcc::Store;
 use crate::proto::etcdserverpb::ResponseHeader;
 use std::sync::Arc;
@@ -93,10 +94,30 @@ pub struct Shared {
     pub store: Arc<Store>,
     /// Identity and limits.
     pub info: Arc<ServerInfo>,
+    /// Counters and gauges.
+    pub metrics: Arc<Metrics>,
+    /// Turns true when the server shuts down; long-lived streams end then.
+    pub stop: tokio::sync::watch::Receiver<bool>,
+}
+
+/// Completes once the server is shutting down.
+pub async fn stopped(stop: &mut tokio::sync::watch::Receiver<bool>) {
+    // Drop the borrow guard before returning so callers' futures stay Send.
+    let _ = stop.wait_for(|s| *s).await.map(|_| ());
+}
+
+/// The status a stream ends with when the server shuts down: Unavailable,
+/// so clients reconnect and resume instead of treating it as final.
+pub(crate) fn shutting_down() -> tonic::Status {
+    tonic::Status::unavailable("ephd: server is shutting down")
 }
 
 /// Maps a core error to the gRPC status etcd sends for it.
 pub fn status(err: Error) -> tonic::Status {
+    status_of(&err)
+}
+
+fn status_of(err: &Error) -> tonic::Status {
     let code = match err.code() {
         Code::InvalidArgument => tonic::Code::InvalidArgument,
         Code::OutOfRange => tonic::Code::OutOfRange,

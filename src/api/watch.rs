@@ -41,6 +41,9 @@ type Tx = mpsc::Sender<Result<pb::WatchResponse, Status>>;
 /// The per-stream loop. Returns when the client goes away.
 async fn run(shared: Shared, mut inbound: Streaming<pb::WatchRequest>, tx: Tx) {
     let store = shared.store.clone();
+    let mut stop = shared.stop.clone();
+    let _stream_gauge = GaugeGuard::new(&shared.metrics.watch_streams, 1);
+    let mut watchers_gauge = GaugeGuard::new(&shared.metrics.watchers, 0);
     let mut ws = WatchStream::new();
     let mut latest = store.log().subscribe();
     let mut ticker = tokio::time::interval(shared.info.progress_notify_interval);
@@ -71,7 +74,12 @@ async fn run(shared: Shared, mut inbound: Streaming<pb::WatchRequest>, tx: Tx) {
             }
             _ = ticker.tick() => ws.progress_tick(&store),
             _ = tx.closed() => return,
+            _ = crate::api::stopped(&mut stop) => {
+                let _ = tx.send(Err(super::shutting_down())).await;
+                return;
+            }
         };
+        watchers_gauge.set(ws.len() as i64);
         if !send_all(&shared, &tx, outs).await {
             return;
         }
@@ -106,9 +114,37 @@ fn handle(shared: &Shared, ws: &mut WatchStream, req: pb::WatchRequest) -> Vec<O
     }
 }
 
+/// Keeps a gauge in step with one stream's contribution, and takes that
+/// contribution back when the stream ends however it ends.
+struct GaugeGuard<'a> {
+    gauge: &'a prometheus::IntGauge,
+    value: i64,
+}
+
+impl<'a> GaugeGuard<'a> {
+    fn new(gauge: &'a prometheus::IntGauge, value: i64) -> Self {
+        gauge.add(value);
+        GaugeGuard { gauge, value }
+    }
+
+    fn set(&mut self, value: i64) {
+        self.gauge.add(value - self.value);
+        self.value = value;
+    }
+}
+
+impl Drop for GaugeGuard<'_> {
+    fn drop(&mut self) {
+        self.gauge.sub(self.value);
+    }
+}
+
 /// Sends outputs in order; false when the client is gone.
 async fn send_all(shared: &Shared, tx: &Tx, outs: Vec<Output>) -> bool {
     for out in outs {
+        if let Output::Events { events, .. } = &out {
+            shared.metrics.events_total.inc_by(events.len() as u64);
+        }
         for resp in encode(shared, out) {
             if tx.send(Ok(resp)).await.is_err() {
                 return false;

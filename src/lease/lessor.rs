@@ -36,6 +36,8 @@ pub struct LeaseInfo {
     pub granted_ttl: i64,
     /// Whole seconds until expiry (truncated, like etcd).
     pub remaining_ttl: i64,
+    /// Milliseconds until expiry (for persistence).
+    pub remaining_ms: i64,
     /// Keys attached now, sorted.
     pub keys: Vec<Bytes>,
 }
@@ -277,7 +279,7 @@ fn maybe_rebuild_heap(inner: &mut Inner) {
 }
 
 fn lease_info(id: i64, lease: &Lease, with_keys: bool, now: Instant) -> LeaseInfo {
-    let remaining = lease.expiry.saturating_duration_since(now).as_secs() as i64;
+    let remaining = lease.expiry.saturating_duration_since(now);
     let mut keys: Vec<Bytes> = if with_keys {
         lease.keys.iter().cloned().collect()
     } else {
@@ -287,7 +289,8 @@ fn lease_info(id: i64, lease: &Lease, with_keys: bool, now: Instant) -> LeaseInf
     LeaseInfo {
         id,
         granted_ttl: lease.ttl,
-        remaining_ttl: remaining,
+        remaining_ttl: remaining.as_secs() as i64,
+        remaining_ms: remaining.as_millis() as i64,
         keys,
     }
 }

@@ -30,6 +30,7 @@ use parking_lot::{Mutex, RwLock};
 use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// Store settings.
 #[derive(Debug, Clone)]
@@ -349,6 +350,53 @@ impl Store {
         self.lessor.info(id, keys)
     }
 
+    // -------------------------------------------------------------- restore
+
+    /// Loads key-values restored from a snapshot, keeping their revisions,
+    /// and re-creates their leases. Only for a store that has served nothing
+    /// yet, built with an `initial_revision` above every restored revision.
+    /// Keys naming a lease the snapshot lacks get a fresh lease with the
+    /// adoption TTL (or etcd's event TTL, 3660 s) so they still expire.
+    pub fn load(&self, kvs: Vec<KeyValue>, leases: Vec<crate::persist::RestoredLease>) {
+        use std::collections::HashMap;
+        let mut attached: HashMap<i64, Vec<Bytes>> = HashMap::new();
+        for kv in kvs {
+            let entry = self.entry_for(&kv.key);
+            let kv = Arc::new(KeyValue {
+                key: entry.key().clone(),
+                ..kv
+            });
+            if kv.lease != 0 {
+                attached.entry(kv.lease).or_default().push(kv.key.clone());
+            }
+            self.push_version(
+                &mut entry.value().versions.write(),
+                Version {
+                    rev: kv.mod_revision,
+                    kv: Some(kv),
+                },
+            );
+        }
+        for l in leases {
+            let keys = attached.remove(&l.id).unwrap_or_default();
+            self.lessor.restore(l.id, l.ttl, l.remaining, keys);
+        }
+        let fallback = self.config.lessor.adopt_unknown_ttl.unwrap_or(3660);
+        for (id, keys) in attached {
+            tracing::warn!(
+                lease = id,
+                keys = keys.len(),
+                "snapshot keys name a missing lease; re-creating it"
+            );
+            self.lessor.restore(
+                id,
+                fallback,
+                std::time::Duration::from_secs(fallback as u64),
+                keys,
+            );
+        }
+    }
+
     // ----------------------------------------------------------- compaction
 
     /// Compacts history at `rev`: reads below it fail from now on, and every
@@ -463,7 +511,6 @@ impl KvSource for Snapshot<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
 
     fn v(rev: i64, live: bool) -> Version {
         Version {

@@ -1,0 +1,186 @@
+//! Prometheus metrics under etcd's names, so existing etcd dashboards and
+//! alerts work against ephd. Counters are bumped by the gRPC adapters;
+//! gauges are read from the store at scrape time.
+
+use crate::mvcc::Store;
+use prometheus::{Encoder, IntCounter, IntCounterVec, IntGauge, Opts, Registry, TextEncoder};
+use std::sync::atomic::Ordering;
+
+/// All metrics of one server.
+pub struct Metrics {
+    registry: Registry,
+    /// Ranges served (`etcd_mvcc_range_total`).
+    pub range_total: IntCounter,
+    /// Puts applied (`etcd_mvcc_put_total`).
+    pub put_total: IntCounter,
+    /// Deletes applied (`etcd_mvcc_delete_total`).
+    pub delete_total: IntCounter,
+    /// Txns applied (`etcd_mvcc_txn_total`).
+    pub txn_total: IntCounter,
+    /// Open watch streams (`etcd_debugging_mvcc_watch_stream_total`).
+    pub watch_streams: IntGauge,
+    /// Active watchers (`etcd_debugging_mvcc_watcher_total`).
+    pub watchers: IntGauge,
+    /// Events sent to watchers (`etcd_debugging_mvcc_events_total`).
+    pub events_total: IntCounter,
+    /// Leases granted (`etcd_debugging_lease_granted_total`).
+    pub lease_granted: IntCounter,
+    /// Leases revoked by clients (`etcd_debugging_lease_revoked_total`).
+    pub lease_revoked: IntCounter,
+    /// Lease keep-alives (`etcd_debugging_lease_renewed_total`).
+    pub lease_renewed: IntCounter,
+    /// Leases expired (`etcd_server_lease_expired_total`).
+    pub lease_expired: IntCounter,
+    /// Failed requests by gRPC code (`etcd_server_proposals_failed_total` is
+    /// raft-specific; ephd reports `ephd_requests_failed_total{code}`).
+    pub failed: IntCounterVec,
+    db_total: IntGauge,
+    db_in_use: IntGauge,
+    keys: IntGauge,
+    current_rev: IntGauge,
+    compact_rev: IntGauge,
+    leases: IntGauge,
+}
+
+fn counter(registry: &Registry, name: &str, help: &str) -> IntCounter {
+    let c = IntCounter::new(name, help).expect("valid metric");
+    registry
+        .register(Box::new(c.clone()))
+        .expect("unique metric");
+    c
+}
+
+fn gauge(registry: &Registry, name: &str, help: &str) -> IntGauge {
+    let g = IntGauge::new(name, help).expect("valid metric");
+    registry
+        .register(Box::new(g.clone()))
+        .expect("unique metric");
+    g
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// A fresh registry with every metric at zero.
+    pub fn new() -> Self {
+        let r = Registry::new();
+        #[cfg(target_os = "linux")]
+        {
+            let _ = r.register(Box::new(
+                prometheus::process_collector::ProcessCollector::for_self(),
+            ));
+        }
+        let has_leader = gauge(
+            &r,
+            "etcd_server_has_leader",
+            "Whether a leader exists (always 1).",
+        );
+        has_leader.set(1);
+        let is_leader = gauge(
+            &r,
+            "etcd_server_is_leader",
+            "Whether this member is leader (always 1).",
+        );
+        is_leader.set(1);
+        let failed = IntCounterVec::new(
+            Opts::new(
+                "ephd_requests_failed_total",
+                "Requests answered with an error, by gRPC code.",
+            ),
+            &["code"],
+        )
+        .expect("valid metric");
+        r.register(Box::new(failed.clone())).expect("unique metric");
+        Metrics {
+            range_total: counter(&r, "etcd_mvcc_range_total", "Total number of ranges seen."),
+            put_total: counter(&r, "etcd_mvcc_put_total", "Total number of puts seen."),
+            delete_total: counter(
+                &r,
+                "etcd_mvcc_delete_total",
+                "Total number of deletes seen.",
+            ),
+            txn_total: counter(&r, "etcd_mvcc_txn_total", "Total number of txns seen."),
+            watch_streams: gauge(
+                &r,
+                "etcd_debugging_mvcc_watch_stream_total",
+                "Total number of watch streams.",
+            ),
+            watchers: gauge(
+                &r,
+                "etcd_debugging_mvcc_watcher_total",
+                "Total number of watchers.",
+            ),
+            events_total: counter(
+                &r,
+                "etcd_debugging_mvcc_events_total",
+                "Total number of events sent.",
+            ),
+            lease_granted: counter(
+                &r,
+                "etcd_debugging_lease_granted_total",
+                "Number of granted leases.",
+            ),
+            lease_revoked: counter(
+                &r,
+                "etcd_debugging_lease_revoked_total",
+                "Number of revoked leases.",
+            ),
+            lease_renewed: counter(
+                &r,
+                "etcd_debugging_lease_renewed_total",
+                "Number of renewed leases.",
+            ),
+            lease_expired: counter(
+                &r,
+                "etcd_server_lease_expired_total",
+                "Number of expired leases.",
+            ),
+            failed,
+            db_total: gauge(
+                &r,
+                "etcd_mvcc_db_total_size_in_bytes",
+                "Bytes of keys and values held, with history.",
+            ),
+            db_in_use: gauge(
+                &r,
+                "etcd_mvcc_db_total_size_in_use_in_bytes",
+                "Bytes of the newest live keys and values.",
+            ),
+            keys: gauge(
+                &r,
+                "etcd_debugging_mvcc_keys_total",
+                "Total number of live keys.",
+            ),
+            current_rev: gauge(
+                &r,
+                "etcd_debugging_mvcc_current_revision",
+                "The current revision of the store.",
+            ),
+            compact_rev: gauge(
+                &r,
+                "etcd_debugging_mvcc_compact_revision",
+                "The revision of the last compaction.",
+            ),
+            leases: gauge(&r, "ephd_leases", "Number of granted leases."),
+            registry: r,
+        }
+    }
+
+    /// Renders every metric in Prometheus' text format.
+    pub fn render(&self, store: &Store) -> String {
+        let stats = store.stats();
+        self.db_total.set(stats.total_bytes.load(Ordering::Relaxed));
+        self.db_in_use.set(stats.live_bytes.load(Ordering::Relaxed));
+        self.keys.set(stats.live_keys.load(Ordering::Relaxed));
+        self.current_rev.set(store.current_revision());
+        self.compact_rev.set(store.compacted_revision().max(0));
+        self.leases.set(store.lessor().len() as i64);
+        let mut buf = Vec::new();
+        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);
+        String::from_utf8(buf).unwrap_or_default()
+    }
+}
