@@ -82,6 +82,22 @@ pub struct Config {
     #[arg(long, env = "EPHD_LISTEN_METRICS_URLS", value_delimiter = ',')]
     pub listen_metrics_urls: Vec<String>,
 
+    /// Server certificate (PEM) for https:// listen URLs.
+    #[arg(long, env = "EPHD_CERT_FILE")]
+    pub cert_file: Option<PathBuf>,
+
+    /// Private key (PEM) of `--cert-file`.
+    #[arg(long, env = "EPHD_KEY_FILE")]
+    pub key_file: Option<PathBuf>,
+
+    /// CA bundle (PEM) that client certificates must chain to.
+    #[arg(long, env = "EPHD_TRUSTED_CA_FILE")]
+    pub trusted_ca_file: Option<PathBuf>,
+
+    /// Require a client certificate signed by `--trusted-ca-file`.
+    #[arg(long, env = "EPHD_CLIENT_CERT_AUTH", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub client_cert_auth: bool,
+
     /// Log filter (tracing syntax: error, warn, info, debug, or per-module directives).
     #[arg(long, env = "EPHD_LOG_LEVEL", default_value = "info")]
     pub log_level: String,
@@ -103,17 +119,25 @@ impl Config {
     }
 }
 
-/// Parses a listen URL such as `http://127.0.0.1:2379` into a socket address.
-pub fn listen_addr(url: &str) -> Result<SocketAddr, String> {
-    let rest = url
-        .strip_prefix("http://")
-        .ok_or_else(|| format!("unsupported listen URL {url:?}: only http:// is supported"))?;
+/// Parses a listen URL such as `http://127.0.0.1:2379` into a socket
+/// address and whether it is served with TLS (`https://`).
+pub fn listen_addr(url: &str) -> Result<(SocketAddr, bool), String> {
+    let (rest, tls) = if let Some(rest) = url.strip_prefix("http://") {
+        (rest, false)
+    } else if let Some(rest) = url.strip_prefix("https://") {
+        (rest, true)
+    } else {
+        return Err(format!(
+            "unsupported listen URL {url:?}: use http:// or https://"
+        ));
+    };
     let hostport = rest.trim_end_matches('/');
-    hostport
+    let addr = hostport
         .to_socket_addrs()
         .map_err(|e| format!("cannot resolve listen URL {url:?}: {e}"))?
         .next()
-        .ok_or_else(|| format!("listen URL {url:?} resolves to no address"))
+        .ok_or_else(|| format!("listen URL {url:?} resolves to no address"))?;
+    Ok((addr, tls))
 }
 
 /// Parses Go's duration syntax (`1h30m`, `10s`, `250ms`, `0`), which etcd's
@@ -175,7 +199,12 @@ mod tests {
     fn defaults_listen_on_loopback_2379() {
         let c = Config::defaults();
         assert_eq!(c.listen_client_urls, vec!["http://127.0.0.1:2379"]);
-        assert_eq!(listen_addr(&c.listen_client_urls[0]).unwrap().port(), 2379);
+        assert_eq!(
+            listen_addr(&c.listen_client_urls[0]).unwrap(),
+            ("127.0.0.1:2379".parse().unwrap(), false)
+        );
+        assert!(listen_addr("https://127.0.0.1:1").unwrap().1);
+        assert!(listen_addr("unix:///x").is_err());
         assert_eq!(c.max_request_bytes, 1_572_864);
         assert_eq!(c.max_txn_ops, 128);
     }

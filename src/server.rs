@@ -60,22 +60,57 @@ pub fn start_revision(continuity: bool, restored: Option<i64>) -> i64 {
 pub struct Server {
     shared: Shared,
     stop: watch::Sender<bool>,
-    listeners: Vec<(SocketAddr, TcpListener)>,
-    http_listeners: Vec<(SocketAddr, TcpListener)>,
+    listeners: Vec<Bound>,
+    http_listeners: Vec<Bound>,
+    tls: Option<tonic::transport::ServerTlsConfig>,
     config: Config,
 }
 
-async fn bind_all(urls: &[String]) -> Result<Vec<(SocketAddr, TcpListener)>, String> {
+/// A bound listener and whether it serves TLS.
+struct Bound {
+    addr: SocketAddr,
+    tls: bool,
+    listener: TcpListener,
+}
+
+async fn bind_all(urls: &[String]) -> Result<Vec<Bound>, String> {
     let mut out = Vec::new();
     for url in urls.iter().filter(|u| !u.trim().is_empty()) {
-        let addr = listen_addr(url)?;
+        let (addr, tls) = listen_addr(url)?;
         let listener = TcpListener::bind(addr)
             .await
             .map_err(|e| format!("cannot listen on {url}: {e}"))?;
         let local = listener.local_addr().map_err(|e| e.to_string())?;
-        out.push((local, listener));
+        out.push(Bound {
+            addr: local,
+            tls,
+            listener,
+        });
     }
     Ok(out)
+}
+
+/// The TLS settings for https:// listeners, from etcd-named flags.
+fn tls_config(config: &Config) -> Result<tonic::transport::ServerTlsConfig, String> {
+    use tonic::transport::{Certificate, Identity, ServerTlsConfig};
+    let read = |p: &Option<PathBuf>, flag: &str| -> Result<Vec<u8>, String> {
+        let p = p
+            .as_ref()
+            .ok_or_else(|| format!("https:// listen URLs need {flag}"))?;
+        std::fs::read(p).map_err(|e| format!("cannot read {flag} {}: {e}", p.display()))
+    };
+    let cert = read(&config.cert_file, "--cert-file")?;
+    let key = read(&config.key_file, "--key-file")?;
+    let mut tls = ServerTlsConfig::new().identity(Identity::from_pem(cert, key));
+    if config.trusted_ca_file.is_some() {
+        let ca = read(&config.trusted_ca_file, "--trusted-ca-file")?;
+        tls = tls
+            .client_ca_root(Certificate::from_pem(ca))
+            .client_auth_optional(!config.client_cert_auth);
+    } else if config.client_cert_auth {
+        return Err("--client-cert-auth needs --trusted-ca-file".to_string());
+    }
+    Ok(tls)
 }
 
 /// Builds the store: restores the snapshot if there is one, picks the start
@@ -148,6 +183,17 @@ impl Server {
         };
         let listeners = bind_all(&config.listen_client_urls).await?;
         let http_listeners = bind_all(&config.listen_metrics_urls).await?;
+        if http_listeners.iter().any(|b| b.tls) {
+            return Err(
+                "--listen-metrics-urls must be http:// (serve them on a private address)"
+                    .to_string(),
+            );
+        }
+        let tls = if listeners.iter().any(|b| b.tls) {
+            Some(tls_config(&config)?)
+        } else {
+            None
+        };
         let (stop, stop_rx) = watch::channel(false);
         Ok(Server {
             shared: Shared {
@@ -159,18 +205,19 @@ impl Server {
             stop,
             listeners,
             http_listeners,
+            tls,
             config,
         })
     }
 
     /// The gRPC addresses actually bound (useful with port 0).
     pub fn local_addrs(&self) -> Vec<SocketAddr> {
-        self.listeners.iter().map(|(a, _)| *a).collect()
+        self.listeners.iter().map(|b| b.addr).collect()
     }
 
     /// The HTTP (health/metrics) addresses actually bound.
     pub fn http_addrs(&self) -> Vec<SocketAddr> {
-        self.http_listeners.iter().map(|(a, _)| *a).collect()
+        self.http_listeners.iter().map(|b| b.addr).collect()
     }
 
     /// The store, for in-process tests and tools.
@@ -201,7 +248,7 @@ impl Server {
                 stop_rx.clone(),
             ))
         });
-        for (addr, listener) in self.http_listeners {
+        for Bound { addr, listener, .. } in self.http_listeners {
             tracing::info!(%addr, "serving /health and /metrics");
             let mut stop = stop_rx.clone();
             tokio::spawn(crate::http::serve(
@@ -214,11 +261,26 @@ impl Server {
         }
         let decode_limit = self.config.max_request_bytes + GRPC_OVERHEAD_BYTES;
         let mut servers = Vec::new();
-        for (addr, listener) in self.listeners {
-            tracing::info!(%addr, "serving etcd v3 gRPC");
+        for Bound {
+            addr,
+            tls,
+            listener,
+        } in self.listeners
+        {
+            tracing::info!(%addr, tls, "serving etcd v3 gRPC");
             let shared = self.shared.clone();
             let mut stop = stop_rx.clone();
-            let router = tonic::transport::Server::builder()
+            let mut builder = tonic::transport::Server::builder();
+            if tls {
+                let cfg = self
+                    .tls
+                    .clone()
+                    .expect("TLS config exists for https listeners");
+                builder = builder
+                    .tls_config(cfg)
+                    .map_err(|e| format!("invalid TLS settings: {e}"))?;
+            }
+            let router = builder
                 .tcp_nodelay(true)
                 .max_concurrent_streams(Some(u32::MAX))
                 .http2_keepalive_interval(Some(Duration::from_secs(2 * 3600)))
