@@ -150,6 +150,22 @@ impl Store {
         &self.log
     }
 
+    /// Up to `max_revisions` revisions of the change log at or after `from`,
+    /// with the compacted revision read atomically with them: a watcher
+    /// checked against that revision can never miss revisions trimmed by a
+    /// compaction racing the read.
+    pub fn read_log(
+        &self,
+        from: i64,
+        max_revisions: usize,
+    ) -> (i64, Vec<Arc<super::RevisionEvents>>) {
+        let _gate = self.compaction_gate.read();
+        (
+            self.compacted_revision(),
+            self.log.read_from(from, max_revisions),
+        )
+    }
+
     /// The lease owner.
     pub fn lessor(&self) -> &Lessor {
         &self.lessor

@@ -209,28 +209,29 @@ impl WatchStream {
     pub fn poll(&mut self, store: &Store, max_revisions: usize) -> Vec<Output> {
         let mut out = Vec::new();
         let latest = store.log().latest();
-        let compacted = store.compacted_revision();
-        let lagging: Vec<i64> = self
-            .watchers
-            .iter()
-            .filter(|(_, w)| w.next_rev <= latest && w.next_rev < compacted)
-            .map(|(id, _)| *id)
-            .collect();
-        for id in lagging {
-            self.watchers.remove(&id);
-            out.push(Output::Compacted {
-                watch_id: id,
-                compact_revision: compacted,
-            });
-        }
-        if let Some(from) = self
+        let from = self
             .watchers
             .values()
             .map(|w| w.next_rev)
             .filter(|r| *r <= latest)
-            .min()
-        {
-            let mut batch = store.log().read_from(from, max_revisions);
+            .min();
+        if let Some(from) = from {
+            let (compacted, mut batch) = store.read_log(from, max_revisions);
+            // Watchers that still need history compaction removed are
+            // canceled, as etcd does with unsynced watchers.
+            let lagging: Vec<i64> = self
+                .watchers
+                .iter()
+                .filter(|(_, w)| w.next_rev <= latest && w.next_rev < compacted)
+                .map(|(id, _)| *id)
+                .collect();
+            for id in lagging {
+                self.watchers.remove(&id);
+                out.push(Output::Compacted {
+                    watch_id: id,
+                    compact_revision: compacted,
+                });
+            }
             batch.retain(|b| b.revision <= latest);
             let upto = if batch.len() == max_revisions {
                 batch.last().map_or(latest, |b| b.revision)
@@ -246,7 +247,7 @@ impl WatchStream {
                     .filter(|b| b.revision >= w.next_rev && b.revision <= upto)
                     .flat_map(|b| b.events.iter())
                     .filter(|e| matches(&w.spec, e))
-                    .map(|e| deliverable(&w.spec, e))
+                    .map(|e| deliverable(&w.spec, e, compacted))
                     .collect();
                 w.next_rev = upto + 1;
                 if !events.is_empty() {
@@ -302,9 +303,12 @@ fn matches(spec: &WatchSpec, e: &Event) -> bool {
     !filtered && in_range(&e.kv.key, &spec.key, &spec.range_end)
 }
 
-fn deliverable(spec: &WatchSpec, e: &Event) -> Event {
+/// The event as this watcher gets it. Like etcd, which reads the previous
+/// version at `mod_revision - 1`, `prev_kv` is left out when that revision
+/// has been compacted.
+fn deliverable(spec: &WatchSpec, e: &Event, compacted: i64) -> Event {
     let mut e = e.clone();
-    if !spec.prev_kv || e.is_create() {
+    if !spec.prev_kv || e.is_create() || e.kv.mod_revision - 1 < compacted {
         e.prev_kv = None;
     }
     e
