@@ -82,6 +82,18 @@ pub struct Config {
     #[arg(long, env = "EPHD_LISTEN_METRICS_URLS", value_delimiter = ',')]
     pub listen_metrics_urls: Vec<String>,
 
+    /// Auto-compaction: `periodic` keeps `--auto-compaction-retention` of
+    /// wall-clock history, `revision` keeps that many revisions.
+    #[arg(long, env = "EPHD_AUTO_COMPACTION_MODE", default_value = "periodic", value_parser = ["periodic", "revision"])]
+    pub auto_compaction_mode: String,
+
+    /// How much history auto-compaction keeps: a duration (`1h`, `30m`; a
+    /// bare number means hours, as in etcd) in periodic mode, a revision
+    /// count in revision mode. `0` disables auto-compaction (etcd's default;
+    /// kube-apiserver compacts every 5 minutes by itself).
+    #[arg(long, env = "EPHD_AUTO_COMPACTION_RETENTION", default_value = "0")]
+    pub auto_compaction_retention: String,
+
     /// Server certificate (PEM) for https:// listen URLs.
     #[arg(long, env = "EPHD_CERT_FILE")]
     pub cert_file: Option<PathBuf>,
@@ -140,6 +152,48 @@ pub fn listen_addr(url: &str) -> Result<(SocketAddr, bool), String> {
     Ok((addr, tls))
 }
 
+/// What auto-compaction keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AutoCompaction {
+    /// Never compact by itself.
+    Off,
+    /// Keep this much wall-clock history.
+    Periodic(Duration),
+    /// Keep this many revisions.
+    Revisions(i64),
+}
+
+impl Config {
+    /// The auto-compaction setting, validated.
+    pub fn auto_compaction(&self) -> Result<AutoCompaction, String> {
+        let r = self.auto_compaction_retention.trim();
+        if r.is_empty() || r == "0" {
+            return Ok(AutoCompaction::Off);
+        }
+        match self.auto_compaction_mode.as_str() {
+            "revision" => r
+                .parse::<i64>()
+                .ok()
+                .filter(|n| *n > 0)
+                .map(AutoCompaction::Revisions)
+                .ok_or_else(|| {
+                    format!("--auto-compaction-retention {r:?} is not a revision count")
+                }),
+            _ => {
+                let d = match r.parse::<u64>() {
+                    Ok(hours) => Duration::from_secs(hours * 3600),
+                    Err(_) => parse_duration(r)?,
+                };
+                Ok(if d.is_zero() {
+                    AutoCompaction::Off
+                } else {
+                    AutoCompaction::Periodic(d)
+                })
+            }
+        }
+    }
+}
+
 /// Parses Go's duration syntax (`1h30m`, `10s`, `250ms`, `0`), which etcd's
 /// duration flags use.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -193,6 +247,37 @@ mod tests {
         assert_eq!(parse_duration("0").unwrap(), Duration::ZERO);
         assert!(parse_duration("10").is_err());
         assert!(parse_duration("5x").is_err());
+    }
+
+    #[test]
+    fn auto_compaction_follows_etcd_conventions() {
+        let parse = |mode: &str, r: &str| {
+            Config::parse_from([
+                "ephd",
+                "--auto-compaction-mode",
+                mode,
+                "--auto-compaction-retention",
+                r,
+            ])
+            .auto_compaction()
+        };
+        assert_eq!(
+            Config::defaults().auto_compaction(),
+            Ok(AutoCompaction::Off)
+        );
+        assert_eq!(
+            parse("periodic", "1"),
+            Ok(AutoCompaction::Periodic(Duration::from_secs(3600)))
+        );
+        assert_eq!(
+            parse("periodic", "30m"),
+            Ok(AutoCompaction::Periodic(Duration::from_secs(1800)))
+        );
+        assert_eq!(
+            parse("revision", "1000"),
+            Ok(AutoCompaction::Revisions(1000))
+        );
+        assert!(parse("revision", "1h").is_err());
     }
 
     #[test]

@@ -5,7 +5,7 @@ use crate::api::{
     AuthService, ClusterService, KvService, LeaseService, MaintenanceService, ServerInfo, Shared,
     WatchService,
 };
-use crate::config::{listen_addr, Config};
+use crate::config::{listen_addr, AutoCompaction, Config};
 use crate::lease::LessorConfig;
 use crate::metrics::Metrics;
 use crate::mvcc::{PutRequest, RangeRequest, Store, StoreConfig};
@@ -181,6 +181,7 @@ impl Server {
         } else {
             config.watch_progress_notify_interval
         };
+        config.auto_compaction()?;
         let listeners = bind_all(&config.listen_client_urls).await?;
         let http_listeners = bind_all(&config.listen_metrics_urls).await?;
         if http_listeners.iter().any(|b| b.tls) {
@@ -240,6 +241,14 @@ impl Server {
         });
         let store = self.shared.store.clone();
         let expiry = tokio::spawn(expire_leases(self.shared.clone()));
+        let compactor = match self.config.auto_compaction()? {
+            AutoCompaction::Off => None,
+            mode => Some(tokio::spawn(auto_compact(
+                store.clone(),
+                mode,
+                stop_rx.clone(),
+            ))),
+        };
         let snapshots = self.config.data_dir.clone().map(|dir| {
             tokio::spawn(snapshot_loop(
                 store.clone(),
@@ -326,6 +335,9 @@ impl Server {
             }
         }
         expiry.abort();
+        if let Some(c) = compactor {
+            c.abort();
+        }
         if let Some(task) = snapshots {
             // The loop writes the final snapshot when it sees the stop signal.
             match task.await {
@@ -388,6 +400,46 @@ async fn snapshot_loop(
         }
     }
     write_snapshot(&store, &dir).await
+}
+
+/// etcd's auto-compaction. Periodic mode samples the revision every tenth
+/// of the retention and compacts to the sample taken one retention ago;
+/// revision mode compacts to `current - retention` every five minutes.
+async fn auto_compact(store: Arc<Store>, mode: AutoCompaction, mut stop: watch::Receiver<bool>) {
+    let (every, keep_samples) = match mode {
+        AutoCompaction::Periodic(d) => ((d / 10).max(Duration::from_millis(100)), 10usize),
+        AutoCompaction::Revisions(_) => (Duration::from_secs(300), 0),
+        AutoCompaction::Off => return,
+    };
+    let mut samples = std::collections::VecDeque::new();
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = crate::api::stopped(&mut stop) => return,
+        }
+        let target = match mode {
+            AutoCompaction::Periodic(_) => {
+                samples.push_back(store.current_revision());
+                if samples.len() <= keep_samples {
+                    continue;
+                }
+                samples.pop_front().unwrap_or(0)
+            }
+            AutoCompaction::Revisions(n) => store.current_revision() - n,
+            AutoCompaction::Off => return,
+        };
+        if target <= store.compacted_revision() {
+            continue;
+        }
+        let s = store.clone();
+        match tokio::task::spawn_blocking(move || s.compact(target)).await {
+            Ok(Ok(_)) => tracing::info!(revision = target, "auto-compacted"),
+            Ok(Err(e)) => tracing::debug!(revision = target, error = %e, "auto-compaction skipped"),
+            Err(e) => tracing::error!(error = %e, "auto-compaction task failed"),
+        }
+    }
 }
 
 /// Revokes expired leases, at most [`REVOKES_PER_TICK`] per tick.
