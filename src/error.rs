@@ -61,6 +61,8 @@ pub enum Error {
     AuthNotEnabled,
     /// A member ID the cluster does not have.
     MemberNotFound,
+    /// The server is shutting down and accepts no more writes.
+    Stopped,
     /// An RPC that ephd deliberately does not serve.
     Unimplemented(&'static str),
 }
@@ -79,6 +81,7 @@ impl Error {
             Error::Compacted | Error::FutureRev | Error::LeaseTtlTooLarge => Code::OutOfRange,
             Error::LeaseNotFound | Error::MemberNotFound => Code::NotFound,
             Error::LeaseExist | Error::AuthNotEnabled => Code::FailedPrecondition,
+            Error::Stopped => Code::Unavailable,
             Error::Unimplemented(_) => Code::Unimplemented,
         }
     }
@@ -100,6 +103,7 @@ impl Error {
             Error::RequestTooLarge => "etcdserver: request is too large",
             Error::AuthNotEnabled => "etcdserver: authentication is not enabled",
             Error::MemberNotFound => "etcdserver: member not found",
+            Error::Stopped => "etcdserver: server stopped",
             Error::Unimplemented(what) => what,
         }
     }

@@ -338,12 +338,18 @@ impl Server {
         if let Some(c) = compactor {
             c.abort();
         }
+        // Every request that got an answer is applied by now; fence off any
+        // straggler so the final snapshot holds every acknowledged write.
+        let fence = store.clone();
+        let _ = tokio::task::spawn_blocking(move || fence.stop_writes()).await;
         if let Some(task) = snapshots {
-            // The loop writes the final snapshot when it sees the stop signal.
-            match task.await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => result = Err(e),
-                Err(e) => result = Err(format!("snapshot task failed: {e}")),
+            if let Ok(Err(e)) = task.await {
+                tracing::error!(error = %e, "periodic snapshot failed");
+            }
+            if let Some(dir) = &self.config.data_dir {
+                if let Err(e) = write_snapshot(&store, dir).await {
+                    result = Err(e);
+                }
             }
         }
         result
@@ -374,7 +380,8 @@ async fn write_snapshot(store: &Arc<Store>, dir: &std::path::Path) -> Result<(),
     .map_err(|e| format!("snapshot task failed: {e}"))?
 }
 
-/// Writes snapshots every `interval` (if non-zero) and once more at shutdown.
+/// Writes snapshots every `interval` (if non-zero) until shutdown; the final
+/// one is written by [`Server::run`] once writes are fenced.
 async fn snapshot_loop(
     store: Arc<Store>,
     dir: PathBuf,
@@ -396,10 +403,9 @@ async fn snapshot_loop(
                     tracing::error!(error = %e, "periodic snapshot failed");
                 }
             }
-            _ = crate::api::stopped(&mut stop) => break,
+            _ = crate::api::stopped(&mut stop) => return Ok(()),
         }
     }
-    write_snapshot(&store, &dir).await
 }
 
 /// etcd's auto-compaction. Periodic mode samples the revision every tenth

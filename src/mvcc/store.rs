@@ -107,6 +107,7 @@ pub struct Store {
     allocated: AtomicI64,
     committed: AtomicI64,
     pending: Mutex<BTreeMap<i64, Vec<Event>>>,
+    stopped: std::sync::atomic::AtomicBool,
     log: EventLog,
     lessor: Lessor,
     stats: Stats,
@@ -128,6 +129,7 @@ impl Store {
             allocated: AtomicI64::new(start),
             committed: AtomicI64::new(start),
             pending: Mutex::new(BTreeMap::new()),
+            stopped: std::sync::atomic::AtomicBool::new(false),
             log: EventLog::new(start),
             lessor: Lessor::new(config.lessor.clone()),
             stats: Stats::default(),
@@ -174,6 +176,23 @@ impl Store {
     /// Size and apply counters.
     pub fn stats(&self) -> &Stats {
         &self.stats
+    }
+
+    /// Refuses every later write with "etcdserver: server stopped". Waits for
+    /// writes in flight (they hold the mode lock shared), so once this
+    /// returns the store's contents are final: what shutdown snapshots.
+    pub fn stop_writes(&self) {
+        let _exclusive = self.mode.write();
+        self.stopped.store(true, Ordering::Release);
+    }
+
+    /// Fails once [`Store::stop_writes`] has run; checked under the mode lock.
+    pub(crate) fn check_running(&self) -> Result<()> {
+        if self.stopped.load(Ordering::Acquire) {
+            Err(Error::Stopped)
+        } else {
+            Ok(())
+        }
     }
 
     /// Counts one applied request that changes no key (lease grant etc.),
@@ -253,8 +272,10 @@ impl Store {
 
     // --------------------------------------------------------------- writes
 
-    /// Put as a one-op write; etcd checks the lease before the ignore flags.
+    /// Put as a one-op write. After the request checks, etcd's unary put
+    /// looks up the lease before it checks the ignore flags.
     pub fn put(&self, req: PutRequest) -> Result<PutResponse> {
+        super::txn::check_put(&req)?;
         if req.lease != 0
             && !self.lessor.contains(req.lease)
             && self.lessor.config().adopt_unknown_ttl.is_none()
@@ -349,6 +370,7 @@ impl Store {
 
     /// Grants a lease (counted as an applied request).
     pub fn lease_grant(&self, id: i64, ttl: i64) -> Result<(i64, i64)> {
+        self.check_running()?;
         let granted = self.lessor.grant(id, ttl)?;
         self.note_applied();
         Ok(granted)

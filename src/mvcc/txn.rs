@@ -54,7 +54,7 @@ pub(crate) fn check_key(key: &Bytes) -> Result<()> {
     }
 }
 
-fn check_put(p: &PutRequest) -> Result<()> {
+pub(crate) fn check_put(p: &PutRequest) -> Result<()> {
     check_key(&p.key)?;
     if p.ignore_value && !p.value.is_empty() {
         return Err(Error::ValueProvided);
@@ -231,10 +231,12 @@ impl KvSource for WriteView<'_, '_> {
 
 impl WriteView<'_, '_> {
     fn latest(&self, key: &Bytes) -> Option<Kv> {
+        self.at(key, i64::MAX)
+    }
+
+    fn at(&self, key: &Bytes, rev: i64) -> Option<Kv> {
         let mut out = None;
-        self.for_each_visible(key, &Bytes::new(), i64::MAX, &mut |kv| {
-            out = Some(kv.clone())
-        });
+        self.for_each_visible(key, &Bytes::new(), rev, &mut |kv| out = Some(kv.clone()));
         out
     }
 
@@ -312,22 +314,22 @@ impl Path {
         }
     }
 
-    /// Visits every op on the taken path, level by level like etcd's checks.
+    /// Visits every op on the taken path depth-first in op order (a nested
+    /// txn's ops where the nested txn stands), the order of etcd's checks.
     fn visit<'r>(
         &self,
         req: &'r TxnRequest,
         f: &mut dyn FnMut(&'r RequestOp) -> Result<()>,
     ) -> Result<()> {
-        let ops = self.ops(req);
-        for op in ops {
-            f(op)?;
-        }
         let mut nested = self.nested.iter();
-        for op in ops {
-            if let RequestOp::Txn(t) = op {
-                if let Some(p) = nested.next() {
-                    p.visit(t, f)?;
+        for op in self.ops(req) {
+            match op {
+                RequestOp::Txn(t) => {
+                    if let Some(p) = nested.next() {
+                        p.visit(t, f)?;
+                    }
                 }
+                _ => f(op)?,
             }
         }
         Ok(())
@@ -370,9 +372,11 @@ impl Store {
         };
         let (resp, wait_for) = if plan.exclusive {
             let _exclusive = self.mode.write();
+            self.check_running()?;
             self.apply_txn(&req, &mut Access::Exclusive)?
         } else {
             let _shared = self.mode.read();
+            self.check_running()?;
             let entries: Vec<Entry<'_, Bytes, KeyEntry>> =
                 plan.keys.iter().map(|k| self.entry_for(k)).collect();
             let mut access = Access::Shared {
@@ -434,9 +438,11 @@ impl Store {
         let path = Path::evaluate(req, &view, i64::MAX);
         let begin = self.allocated_revision();
 
-        // etcd checks puts along the whole path first, then ranges.
+        // etcd checks puts along the whole path first (the ignore flags,
+        // then the lease, op by op), then ranges.
         let mut changes = false;
         let mut attachments: Vec<(i64, Bytes)> = Vec::new();
+        let adopting = self.lessor().config().adopt_unknown_ttl.is_some();
         path.visit(req, &mut |op| {
             match op {
                 RequestOp::Put(p) => {
@@ -445,6 +451,9 @@ impl Store {
                         view.latest(&p.key).ok_or(Error::KeyNotFound)?;
                     }
                     if p.lease != 0 {
+                        if !adopting && !self.lessor().contains(p.lease) {
+                            return Err(Error::LeaseNotFound);
+                        }
                         attachments.push((p.lease, p.key.clone()));
                     }
                 }
@@ -541,6 +550,14 @@ impl Store {
             }
         }
         let rev = a.rev;
+        // Watchers get the key as it was before this revision (etcd reads it
+        // at `rev - 1`), which differs from `prev` only when one txn touched
+        // the key twice (a from-key delete and a put, which etcd allows).
+        let event_prev = WriteView {
+            store: self,
+            access: &*access,
+        }
+        .at(&p.key, rev - 1);
         let kv = self.push_to(access, &p.key, rev, |key| {
             Some(Arc::new(KeyValue {
                 key,
@@ -555,7 +572,7 @@ impl Store {
         a.events.push(Event {
             kind: EventKind::Put,
             kv: kv.expect("a put makes a live version"),
-            prev_kv: prev.clone(),
+            prev_kv: event_prev,
         });
         PutResponse {
             revision: a.rev,
@@ -593,6 +610,11 @@ impl Store {
         if prev.lease != 0 {
             self.lessor().detach(prev.lease, &prev.key);
         }
+        let event_prev = WriteView {
+            store: self,
+            access: &*access,
+        }
+        .at(&prev.key, a.rev - 1);
         self.push_to(access, &prev.key, a.rev, |_| None);
         a.changed = true;
         a.events.push(Event {
@@ -602,7 +624,7 @@ impl Store {
                 mod_revision: a.rev,
                 ..Default::default()
             }),
-            prev_kv: Some(prev.clone()),
+            prev_kv: event_prev,
         });
     }
 
@@ -649,6 +671,11 @@ impl Store {
         self.note_applied();
         let rev = {
             let _shared = self.mode.read();
+            if self.check_running().is_err() {
+                // Shutting down: the lease is gone from memory; its keys stay
+                // in the final snapshot and expire after the restart.
+                return self.current_revision();
+            }
             let entries: Vec<Entry<'_, Bytes, KeyEntry>> =
                 keys.iter().map(|k| self.entry_for(k)).collect();
             let mut access = Access::Shared {

@@ -262,13 +262,14 @@ impl WatchStream {
             }
         }
         if self.progress_requested && !self.behind(store) {
+            // Answered once every watcher has caught up, so the revision never
+            // overtakes an event; a stream without watchers is answered at
+            // once, as etcd does.
             self.progress_requested = false;
-            if !self.watchers.is_empty() {
-                out.push(Output::Progress {
-                    watch_id: -1,
-                    revision: latest,
-                });
-            }
+            out.push(Output::Progress {
+                watch_id: -1,
+                revision: latest,
+            });
         }
         out
     }
