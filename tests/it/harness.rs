@@ -1,0 +1,385 @@
+//! Process harness shared by every integration test: spawns an `ephd` or a
+//! stock `etcd` on free loopback ports, waits (bounded) until it serves gRPC,
+//! hands out clients, and kills the process when the handle is dropped.
+//!
+//! Every server is per test, so tests can run in parallel threads: ports come
+//! from a process-wide counter over a random base (outside the kernel's
+//! ephemeral range) and each candidate is checked by binding it first.
+
+use std::collections::VecDeque;
+use std::io::Read;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use ephd::proto::etcdserverpb::{
+    cluster_client::ClusterClient, kv_client::KvClient, lease_client::LeaseClient,
+    maintenance_client::MaintenanceClient, watch_client::WatchClient,
+};
+use tonic::transport::Channel;
+
+/// How long a freshly spawned server may take to answer its first request.
+pub const START_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Upper bound for any single gRPC round trip made by the harness itself.
+pub const RPC_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How many bytes of a server's log are kept (and printed when a test fails).
+const LOG_TAIL_BYTES: usize = 64 * 1024;
+
+/// How many times a server start is retried with fresh ports when the
+/// process dies early (e.g. another process grabbed the port meanwhile).
+const START_ATTEMPTS: usize = 3;
+
+/// Returns a loopback TCP port that nobody was listening on a moment ago and
+/// that this test process has never handed out before, so parallel tests
+/// never pick the same port for their servers.
+pub fn free_port() -> u16 {
+    // Ports 20000..32000 sit below Linux' default ephemeral range
+    // (32768..60999), so outgoing client connections cannot steal them.
+    const LOW: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    static NEXT: OnceLock<AtomicU32> = OnceLock::new();
+    let next = NEXT.get_or_init(|| AtomicU32::new(rand::random_range(0..SPAN)));
+    for _ in 0..SPAN {
+        let port = (LOW + next.fetch_add(1, Ordering::Relaxed) % SPAN) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free loopback port in {LOW}..{}", LOW + SPAN);
+}
+
+/// A spawned server process whose stdout+stderr are captured (last
+/// `LOG_TAIL_BYTES`) so a failing test can show what the server said.
+struct ServerProcess {
+    what: &'static str,
+    child: Child,
+    log: Arc<Mutex<VecDeque<u8>>>,
+}
+
+impl ServerProcess {
+    fn spawn(what: &'static str, mut cmd: Command) -> ServerProcess {
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("failed to spawn {what} ({cmd:?}): {e}"));
+        let log = Arc::new(Mutex::new(VecDeque::new()));
+        let stdout = child.stdout.take().expect("piped stdout");
+        let stderr = child.stderr.take().expect("piped stderr");
+        spawn_log_reader(stdout, log.clone());
+        spawn_log_reader(stderr, log.clone());
+        ServerProcess { what, child, log }
+    }
+
+    fn logs(&self) -> String {
+        let log = self.log.lock().unwrap();
+        let (a, b) = log.as_slices();
+        let mut bytes = a.to_vec();
+        bytes.extend_from_slice(b);
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+
+    /// Polls until `endpoint` answers a Status and a linearizable Range (i.e.
+    /// it serves and, for etcd, has elected itself leader). Returns the error
+    /// text if the process exited or `START_TIMEOUT` passed.
+    fn wait_ready(&mut self, endpoint: &str) -> Result<(), String> {
+        let deadline = Instant::now() + START_TIMEOUT;
+        let mut last_err = String::from("no attempt made");
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Err(format!("{} exited early with {status}", self.what));
+            }
+            match probe_ready(endpoint) {
+                Ok(()) => return Ok(()),
+                Err(e) => last_err = e,
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Err(format!(
+            "{} at {endpoint} not ready within {START_TIMEOUT:?}: {last_err}",
+            self.what
+        ))
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!(
+                "----- {} (pid {}) log tail -----\n{}\n----- end of {} log -----",
+                self.what,
+                self.child.id(),
+                self.logs(),
+                self.what
+            );
+        }
+    }
+}
+
+fn spawn_log_reader(mut src: impl Read + Send + 'static, log: Arc<Mutex<VecDeque<u8>>>) {
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 8192];
+        while let Ok(n) = src.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            let mut log = log.lock().unwrap();
+            log.extend(&buf[..n]);
+            let excess = log.len().saturating_sub(LOG_TAIL_BYTES);
+            log.drain(..excess);
+        }
+    });
+}
+
+/// One readiness probe, run on a private thread with its own runtime so the
+/// (synchronous) start functions also work from inside `#[tokio::test]`.
+fn probe_ready(endpoint: &str) -> Result<(), String> {
+    let endpoint = endpoint.to_string();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?;
+        rt.block_on(async move {
+            let probe = async {
+                let opts = etcd_client::ConnectOptions::new()
+                    .with_connect_timeout(Duration::from_millis(500))
+                    .with_timeout(Duration::from_secs(1));
+                let mut client = etcd_client::Client::connect([endpoint], Some(opts))
+                    .await
+                    .map_err(|e| format!("connect: {e}"))?;
+                client.status().await.map_err(|e| format!("status: {e}"))?;
+                client
+                    .get("harness-readiness-probe", None)
+                    .await
+                    .map_err(|e| format!("range: {e}"))?;
+                Ok(())
+            };
+            tokio::time::timeout(Duration::from_secs(2), probe)
+                .await
+                .map_err(|_| "probe timed out".to_string())?
+        })
+    })
+    .join()
+    .map_err(|_| "probe thread panicked".to_string())?
+}
+
+/// Anything that serves the etcd v3 API on a loopback endpoint; gives every
+/// server kind the same client constructors.
+pub trait Server {
+    /// Client URL, `http://127.0.0.1:PORT`.
+    fn endpoint(&self) -> String;
+
+    /// A high-level `etcd_client` connected to this server, for tests that
+    /// care about behaviour rather than exact wire messages.
+    async fn client(&self) -> etcd_client::Client {
+        connect_client(&self.endpoint()).await
+    }
+
+    /// A raw tonic channel, for the generated `ephd::proto` clients that let
+    /// tests compare whole responses field by field.
+    async fn channel(&self) -> Channel {
+        connect_channel(&self.endpoint()).await
+    }
+
+    /// Raw generated KV client (Range/Put/DeleteRange/Txn/Compact).
+    async fn kv(&self) -> KvClient<Channel> {
+        KvClient::new(self.channel().await)
+    }
+
+    /// Raw generated Watch client.
+    async fn watch(&self) -> WatchClient<Channel> {
+        WatchClient::new(self.channel().await)
+    }
+
+    /// Raw generated Lease client.
+    async fn lease(&self) -> LeaseClient<Channel> {
+        LeaseClient::new(self.channel().await)
+    }
+
+    /// Raw generated Maintenance client.
+    async fn maintenance(&self) -> MaintenanceClient<Channel> {
+        MaintenanceClient::new(self.channel().await)
+    }
+
+    /// Raw generated Cluster client.
+    async fn cluster(&self) -> ClusterClient<Channel> {
+        ClusterClient::new(self.channel().await)
+    }
+}
+
+/// Connects an `etcd_client::Client` to `endpoint`, panicking after
+/// `RPC_TIMEOUT` so a dead server cannot hang a test.
+pub async fn connect_client(endpoint: &str) -> etcd_client::Client {
+    let opts = etcd_client::ConnectOptions::new()
+        .with_connect_timeout(RPC_TIMEOUT)
+        .with_timeout(RPC_TIMEOUT);
+    tokio::time::timeout(
+        RPC_TIMEOUT,
+        etcd_client::Client::connect([endpoint], Some(opts)),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("connecting etcd_client to {endpoint} timed out"))
+    .unwrap_or_else(|e| panic!("connecting etcd_client to {endpoint}: {e}"))
+}
+
+/// Opens a tonic channel to `endpoint` (bounded connect), for raw clients.
+pub async fn connect_channel(endpoint: &str) -> Channel {
+    let ep = tonic::transport::Endpoint::from_shared(endpoint.to_string())
+        .expect("valid endpoint URL")
+        .connect_timeout(RPC_TIMEOUT);
+    tokio::time::timeout(RPC_TIMEOUT, ep.connect())
+        .await
+        .unwrap_or_else(|_| panic!("connecting channel to {endpoint} timed out"))
+        .unwrap_or_else(|e| panic!("connecting channel to {endpoint}: {e}"))
+}
+
+/// A running `ephd` binary (the one cargo built for this test run).
+pub struct Ephd {
+    port: u16,
+    process: ServerProcess,
+}
+
+impl Ephd {
+    /// Spawns ephd on a free loopback port with `extra_args` appended and
+    /// waits until it answers gRPC; panics (with its log) if it never does.
+    pub fn start(extra_args: &[&str]) -> Ephd {
+        let mut failures = Vec::new();
+        for _ in 0..START_ATTEMPTS {
+            let port = free_port();
+            let url = format!("http://127.0.0.1:{port}");
+            let mut cmd = Command::new(env!("CARGO_BIN_EXE_ephd"));
+            cmd.args([
+                "--listen-client-urls",
+                &url,
+                "--advertise-client-urls",
+                &url,
+            ])
+            .args(extra_args);
+            let mut process = ServerProcess::spawn("ephd", cmd);
+            match process.wait_ready(&url) {
+                Ok(()) => return Ephd { port, process },
+                Err(e) => failures.push(format!("{e}\n{}", process.logs())),
+            }
+        }
+        panic!("ephd did not start:\n{}", failures.join("\n---\n"));
+    }
+
+    /// The client port ephd listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// OS process id, for tests that signal the server.
+    pub fn pid(&self) -> u32 {
+        self.process.child.id()
+    }
+
+    /// Everything ephd has logged so far (tail), for assertions on logs.
+    #[allow(dead_code)]
+    pub fn logs(&self) -> String {
+        self.process.logs()
+    }
+}
+
+impl Server for Ephd {
+    fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+}
+
+/// Locates the stock etcd server binary on PATH; `None` when not installed.
+fn find_on_path(binary: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(binary))
+        .find(|p| p.is_file())
+}
+
+/// A stock single-member etcd with a throw-away data dir: the reference
+/// implementation that ephd's responses are compared against.
+pub struct StockEtcd {
+    client_port: u16,
+    process: ServerProcess,
+    // Dropped after `process` (declaration order) so etcd is dead before
+    // its data dir is removed.
+    _data_dir: tempfile::TempDir,
+}
+
+impl StockEtcd {
+    /// Starts stock etcd on fresh client/peer ports and waits until it is
+    /// leader. Panics when `etcd` is not installed: tests must never skip
+    /// silently, and `scripts/test.sh` installs it.
+    pub fn start() -> StockEtcd {
+        let etcd = find_on_path("etcd").unwrap_or_else(|| {
+            panic!("stock etcd not found: run scripts/test.sh which installs etcd-server")
+        });
+        let mut failures = Vec::new();
+        for _ in 0..START_ATTEMPTS {
+            let data_dir = tempfile::Builder::new()
+                .prefix("ephd-it-etcd-")
+                .tempdir()
+                .expect("create etcd data dir");
+            let client_port = free_port();
+            let peer_port = free_port();
+            let client = format!("http://127.0.0.1:{client_port}");
+            let peer = format!("http://127.0.0.1:{peer_port}");
+            let cmd = stock_etcd_command(&etcd, data_dir.path(), &client, &peer);
+            let mut process = ServerProcess::spawn("stock etcd", cmd);
+            match process.wait_ready(&client) {
+                Ok(()) => {
+                    return StockEtcd {
+                        client_port,
+                        process,
+                        _data_dir: data_dir,
+                    }
+                }
+                Err(e) => failures.push(format!("{e}\n{}", process.logs())),
+            }
+        }
+        panic!("stock etcd did not start:\n{}", failures.join("\n---\n"));
+    }
+
+    /// The client port etcd listens on.
+    #[allow(dead_code)]
+    pub fn port(&self) -> u16 {
+        self.client_port
+    }
+
+    /// OS process id of the etcd server.
+    #[allow(dead_code)]
+    pub fn pid(&self) -> u32 {
+        self.process.child.id()
+    }
+}
+
+impl Server for StockEtcd {
+    fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.client_port)
+    }
+}
+
+fn stock_etcd_command(etcd: &Path, data_dir: &Path, client: &str, peer: &str) -> Command {
+    let mut cmd = Command::new(etcd);
+    cmd.arg("--name")
+        .arg("default")
+        .arg("--data-dir")
+        .arg(data_dir)
+        .args(["--listen-client-urls", client])
+        .args(["--advertise-client-urls", client])
+        .args(["--listen-peer-urls", peer])
+        .args(["--initial-advertise-peer-urls", peer])
+        .arg("--initial-cluster")
+        .arg(format!("default={peer}"))
+        .args(["--logger", "zap", "--log-outputs", "stderr"])
+        .args(["--log-level", "warn"]);
+    cmd
+}

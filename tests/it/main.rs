@@ -1,0 +1,21 @@
+//! ephd integration tests: a single test binary (`cargo test --test it`)
+//! whose modules share the process harness in `harness`.
+//!
+//! Every test starts its own server processes on free loopback ports, so
+//! tests run in parallel threads without interfering with each other.
+
+mod cli;
+mod concurrency;
+mod differential;
+mod etcdctl;
+mod harness;
+mod kubernetes;
+mod kv;
+mod lease;
+mod maintenance;
+mod operations;
+mod restart;
+mod smoke;
+mod support;
+mod tls;
+mod watch;

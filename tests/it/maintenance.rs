@@ -1,0 +1,201 @@
+//! Maintenance, Cluster and Auth services: Status, Alarm, Defragment,
+//! Hash/HashKV, MemberList, AuthStatus, and the RPCs ephd does not serve.
+
+use ephd::proto::etcdserverpb::{auth_client::AuthClient, AuthStatusRequest};
+use etcd_client::{AlarmAction, AlarmType, Client, GetOptions, Txn, TxnOp};
+use tonic::Code;
+
+use crate::harness::Server;
+use crate::support::{assert_err, ephd, grpc_status, rev, within};
+
+const COMPACTED: &str = "etcdserver: mvcc: required revision has been compacted";
+const FUTURE: &str = "etcdserver: mvcc: required revision is a future revision";
+
+async fn put(c: &mut Client, key: &str, value: &str) -> i64 {
+    rev(within("put", c.put(key, value, None))
+        .await
+        .expect("put succeeds")
+        .header())
+}
+
+/// "3.6.5" → (3, 6, 5); panics on anything that is not MAJOR.MINOR.PATCH.
+fn semver(v: &str) -> (u64, u64, u64) {
+    let core = v.split(['-', '+']).next().unwrap();
+    let parts: Vec<u64> = core
+        .split('.')
+        .map(|p| p.parse().unwrap_or_else(|_| panic!("bad version {v:?}")))
+        .collect();
+    assert_eq!(parts.len(), 3, "version {v:?} is not MAJOR.MINOR.PATCH");
+    (parts[0], parts[1], parts[2])
+}
+
+#[tokio::test]
+async fn status_reports_version_size_index_and_revision() {
+    let server = ephd(&[]);
+    let mut c = server.client().await;
+    let before = within("status", c.status()).await.unwrap();
+    let version = semver(before.version());
+    assert!(
+        version >= (3, 5, 13),
+        "kube-apiserver needs >= 3.5.13 for watch progress requests, got {}",
+        before.version()
+    );
+    let header = before.header().unwrap();
+    assert_eq!(header.revision(), 1);
+    assert_eq!(before.leader(), header.member_id(), "the only member leads");
+    assert!(before.raft_term() >= 1);
+    assert!(before.errors().is_empty());
+    assert!(!before.is_learner());
+
+    let value = "v".repeat(100);
+    for i in 0..10 {
+        put(&mut c, &format!("k{i}"), &value).await;
+    }
+    let after = within("status", c.status()).await.unwrap();
+    assert_eq!(rev(after.header()), 11);
+    assert!(
+        after.db_size() >= 1000,
+        "1000 bytes of values stored, db_size {}",
+        after.db_size()
+    );
+    assert!(
+        after.raft_index() > before.raft_index(),
+        "raft index {} -> {}",
+        before.raft_index(),
+        after.raft_index()
+    );
+    assert!(after.raft_applied_index() >= before.raft_applied_index() + 10);
+}
+
+#[tokio::test]
+async fn alarms_are_empty_and_defragment_succeeds() {
+    let server = ephd(&[]);
+    let mut c = server.client().await;
+    put(&mut c, "k", "v").await;
+    let alarms = within("alarm", c.alarm(AlarmAction::Get, AlarmType::None, None))
+        .await
+        .unwrap();
+    assert!(alarms.alarms().is_empty());
+    assert_eq!(rev(alarms.header()), 2);
+
+    let d = within("defragment", c.defragment()).await.unwrap();
+    assert_eq!(rev(d.header()), 2);
+    let kvs = within("get", c.get("k", None)).await.unwrap();
+    assert_eq!(kvs.kvs()[0].value(), b"v", "defragment keeps the data");
+}
+
+/// The same history on any server: puts, overwrites, deletes, a txn and a
+/// compaction. Ends at revision 7, compacted at 3.
+async fn feed(c: &mut Client) {
+    put(c, "a", "1").await; // r2
+    put(c, "b", "2").await; // r3
+    put(c, "a", "3").await; // r4
+    within("delete", c.delete("b", None)).await.unwrap(); // r5
+    within(
+        "txn",
+        c.txn(Txn::new().and_then([TxnOp::put("c", "4", None), TxnOp::put("d", "5", None)])),
+    )
+    .await
+    .unwrap(); // r6
+    put(c, "a", "6").await; // r7
+    within("compact", c.compact(3, None)).await.unwrap();
+}
+
+#[tokio::test]
+async fn hashes_agree_for_the_same_history_and_change_on_writes() {
+    let one = ephd(&[]);
+    let two = ephd(&[]);
+    let mut c1 = one.client().await;
+    let mut c2 = two.client().await;
+    feed(&mut c1).await;
+    feed(&mut c2).await;
+
+    let h1 = within("hash_kv", c1.hash_kv(0)).await.unwrap();
+    let h2 = within("hash_kv", c2.hash_kv(0)).await.unwrap();
+    assert_eq!(h1.hash(), h2.hash(), "same history, same HashKV");
+    assert_eq!((h1.hash_revision(), h1.compact_version()), (7, 3));
+    assert_eq!((h2.hash_revision(), h2.compact_version()), (7, 3));
+    let old1 = within("hash_kv", c1.hash_kv(5)).await.unwrap();
+    let old2 = within("hash_kv", c2.hash_kv(5)).await.unwrap();
+    assert_eq!(old1.hash(), old2.hash());
+    assert_eq!(old1.hash_revision(), 5);
+    assert_ne!(old1.hash(), h1.hash(), "the hash covers revisions 6 and 7");
+    let full1 = within("hash", c1.hash()).await.unwrap();
+    let full2 = within("hash", c2.hash()).await.unwrap();
+    assert_eq!(full1.hash(), full2.hash(), "same history, same Hash");
+
+    put(&mut c1, "a", "7").await; // r8 on `one` only
+    let changed = within("hash_kv", c1.hash_kv(0)).await.unwrap();
+    assert_eq!(changed.hash_revision(), 8);
+    assert_ne!(changed.hash(), h1.hash(), "a write changes HashKV");
+    let at7 = within("hash_kv", c1.hash_kv(7)).await.unwrap();
+    assert_eq!(at7.hash(), h2.hash(), "history up to 7 is unchanged");
+    let full = within("hash", c1.hash()).await.unwrap();
+    assert_ne!(full.hash(), full2.hash(), "a write changes Hash");
+
+    assert_err(c1.hash_kv(2).await, Code::OutOfRange, COMPACTED);
+    assert_err(c1.hash_kv(9).await, Code::OutOfRange, FUTURE);
+}
+
+#[tokio::test]
+async fn member_list_has_one_member_with_the_advertised_url() {
+    let server = ephd(&[]);
+    let mut c = server.client().await;
+    let list = within("member list", c.member_list()).await.unwrap();
+    let members = list.members();
+    assert_eq!(members.len(), 1);
+    let m = &members[0];
+    assert_eq!(m.client_urls(), [server.endpoint()]);
+    assert_eq!(m.name(), "default");
+    assert!(!m.is_learner());
+    assert_ne!(m.id(), 0);
+    assert_eq!(m.id(), list.header().unwrap().member_id());
+    let status = within("status", c.status()).await.unwrap();
+    assert_eq!(status.leader(), m.id());
+}
+
+#[tokio::test]
+async fn auth_is_disabled_and_unsupported_rpcs_are_unimplemented() {
+    let server = ephd(&[]);
+    let mut c = server.client().await;
+    let status = within(
+        "auth status",
+        AuthClient::new(server.channel().await).auth_status(AuthStatusRequest {}),
+    )
+    .await
+    .unwrap()
+    .into_inner();
+    assert!(!status.enabled);
+    assert_eq!(status.header.unwrap().revision, 1);
+
+    let unimplemented = |r: Result<(), etcd_client::Error>, what: &str| {
+        let s = grpc_status(r.expect_err(what));
+        assert_eq!(s.code(), Code::Unimplemented, "{what}: {s:?}");
+        assert!(!s.message().is_empty(), "{what} explains itself");
+    };
+    unimplemented(
+        within("user add", c.user_add("u", "p", None))
+            .await
+            .map(drop),
+        "UserAdd",
+    );
+    unimplemented(
+        within("role add", c.role_add("r")).await.map(drop),
+        "RoleAdd",
+    );
+    unimplemented(
+        within("auth enable", c.auth_enable()).await.map(drop),
+        "AuthEnable",
+    );
+    unimplemented(
+        within("member add", c.member_add(["http://127.0.0.1:1"], None))
+            .await
+            .map(drop),
+        "MemberAdd",
+    );
+    // Nothing above changed anything.
+    let all = within("get", c.get("", Some(GetOptions::new().with_all_keys())))
+        .await
+        .unwrap();
+    assert_eq!((all.count(), rev(all.header())), (0, 1));
+}

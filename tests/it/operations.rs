@@ -1,0 +1,113 @@
+//! Operator-facing behaviour: auto-compaction, and the HTTP endpoints that
+//! probes and Prometheus use.
+
+use crate::harness::{free_port, Ephd, Server};
+use std::io::{Read, Write};
+use std::time::{Duration, Instant};
+
+/// Plain HTTP/1.1 GET with a bounded wait; returns (status line, body).
+fn http_get(port: u16, path: &str) -> (String, String) {
+    let mut stream =
+        std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect to the metrics port");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut text = String::new();
+    stream.read_to_string(&mut text).unwrap();
+    let status = text.lines().next().unwrap_or_default().to_string();
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
+}
+
+#[tokio::test]
+async fn periodic_auto_compaction_compacts_old_history() {
+    let ephd = Ephd::start(&[
+        "--revision-continuity=false",
+        "--auto-compaction-mode",
+        "periodic",
+        "--auto-compaction-retention",
+        "1s",
+    ]);
+    let mut client = ephd.client().await;
+    let first = client
+        .put("k", "v1", None)
+        .await
+        .unwrap()
+        .header()
+        .unwrap()
+        .revision();
+    client.put("k", "v2", None).await.unwrap();
+    // Keep writing so later samples move past `first`; the revision from one
+    // retention ago is compacted within a few seconds.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        client.put("tick", "x", None).await.unwrap();
+        let old = client
+            .get(
+                "k",
+                Some(etcd_client::GetOptions::new().with_revision(first)),
+            )
+            .await;
+        if let Err(e) = old {
+            assert!(
+                e.to_string()
+                    .contains("required revision has been compacted"),
+                "unexpected error: {e}"
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "history was never auto-compacted"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // The newest version survives compaction.
+    let now = client.get("k", None).await.unwrap();
+    assert_eq!(now.kvs()[0].value(), b"v2");
+}
+
+#[tokio::test]
+async fn health_version_and_metrics_endpoints() {
+    let metrics_port = free_port();
+    let url = format!("http://127.0.0.1:{metrics_port}");
+    let ephd = Ephd::start(&["--listen-metrics-urls", &url]);
+    let mut client = ephd.client().await;
+    client.put("a", "1", None).await.unwrap();
+    client.get("a", None).await.unwrap();
+
+    let (status, body) = http_get(metrics_port, "/health");
+    assert!(status.contains("200"), "{status}");
+    assert_eq!(body.trim(), r#"{"health":"true","reason":""}"#);
+    for probe in ["/livez", "/readyz"] {
+        let (status, _) = http_get(metrics_port, probe);
+        assert!(status.contains("200"), "{probe}: {status}");
+    }
+    let (_, version) = http_get(metrics_port, "/version");
+    assert!(version.contains(r#""etcdserver":"3.6.5""#), "{version}");
+
+    let (status, metrics) = http_get(metrics_port, "/metrics");
+    assert!(status.contains("200"), "{status}");
+    let value = |name: &str| -> f64 {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("metric {name} missing:\n{metrics}"))
+    };
+    assert!(value("etcd_mvcc_put_total") >= 1.0);
+    assert!(value("etcd_mvcc_range_total") >= 1.0);
+    assert_eq!(value("etcd_server_has_leader"), 1.0);
+    assert!(value("etcd_debugging_mvcc_keys_total") >= 1.0);
+    assert!(value("etcd_mvcc_db_total_size_in_bytes") > 0.0);
+    assert!(value("etcd_debugging_mvcc_current_revision") > 1.0);
+}

@@ -1,0 +1,218 @@
+//! TLS: https:// listeners with etcd's flag names, ALPN `h2` (grpc-go 1.67+
+//! clients, i.e. kube-apiserver 1.33+, refuse servers without it), and
+//! client-certificate authentication.
+
+use crate::harness::free_port;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Runs openssl, panicking with its output on failure.
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .expect("openssl must be installed to generate test certificates");
+    assert!(
+        out.status.success(),
+        "openssl {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A CA, a server certificate for 127.0.0.1 and a client certificate.
+fn make_certs(dir: &Path) {
+    std::fs::write(
+        dir.join("san.ext"),
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("client.ext"), "extendedKeyUsage=clientAuth\n").unwrap();
+    openssl(
+        dir,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.crt",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=ephd-test-ca",
+        ],
+    );
+    for (name, ext) in [("server", "san.ext"), ("client", "client.ext")] {
+        openssl(
+            dir,
+            &[
+                "req",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-keyout",
+                &format!("{name}.key"),
+                "-out",
+                &format!("{name}.csr"),
+                "-subj",
+                &format!("/CN={name}"),
+            ],
+        );
+        openssl(
+            dir,
+            &[
+                "x509",
+                "-req",
+                "-in",
+                &format!("{name}.csr"),
+                "-CA",
+                "ca.crt",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-out",
+                &format!("{name}.crt"),
+                "-days",
+                "2",
+                "-extfile",
+                ext,
+            ],
+        );
+    }
+}
+
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_tls_ephd(dir: &Path, client_cert_auth: bool) -> (Killed, u16) {
+    let port = free_port();
+    let url = format!("https://127.0.0.1:{port}");
+    let child = Command::new(env!("CARGO_BIN_EXE_ephd"))
+        .args([
+            "--listen-client-urls",
+            &url,
+            "--advertise-client-urls",
+            &url,
+        ])
+        .arg("--cert-file")
+        .arg(dir.join("server.crt"))
+        .arg("--key-file")
+        .arg(dir.join("server.key"))
+        .arg("--trusted-ca-file")
+        .arg(dir.join("ca.crt"))
+        .arg(format!("--client-cert-auth={client_cert_auth}"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn ephd");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "TLS ephd never listened");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (Killed(child), port)
+}
+
+fn etcdctl(dir: &Path, port: u16, with_client_cert: bool, args: &[&str]) -> std::process::Output {
+    let mut cmd = Command::new("etcdctl");
+    cmd.env("ETCDCTL_API", "3")
+        .arg(format!("--endpoints=https://127.0.0.1:{port}"))
+        .arg(format!("--cacert={}", dir.join("ca.crt").display()))
+        .arg("--dial-timeout=3s")
+        .arg("--command-timeout=3s");
+    if with_client_cert {
+        cmd.arg(format!("--cert={}", dir.join("client.crt").display()))
+            .arg(format!("--key={}", dir.join("client.key").display()));
+    }
+    cmd.args(args)
+        .output()
+        .expect("etcdctl must be installed (scripts/test.sh installs it)")
+}
+
+#[tokio::test]
+async fn tls_serves_alpn_h2_and_real_clients() {
+    let dir = tempfile::tempdir().unwrap();
+    make_certs(dir.path());
+    let (_server, port) = start_tls_ephd(dir.path(), false);
+
+    // ALPN: the server must select h2.
+    let out = Command::new("openssl")
+        .args([
+            "s_client",
+            "-connect",
+            &format!("127.0.0.1:{port}"),
+            "-alpn",
+            "h2",
+            "-CAfile",
+        ])
+        .arg(dir.path().join("ca.crt"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("ALPN protocol: h2"),
+        "server did not negotiate h2:\n{text}"
+    );
+
+    // etcdctl over TLS.
+    let put = etcdctl(dir.path(), port, false, &["put", "tls-key", "tls-value"]);
+    assert!(
+        put.status.success(),
+        "{}",
+        String::from_utf8_lossy(&put.stderr)
+    );
+    let get = etcdctl(
+        dir.path(),
+        port,
+        false,
+        &["get", "tls-key", "--print-value-only"],
+    );
+    assert_eq!(String::from_utf8_lossy(&get.stdout).trim(), "tls-value");
+
+    // The Rust etcd-client over TLS (rustls, which insists on ALPN h2).
+    let ca = std::fs::read(dir.path().join("ca.crt")).unwrap();
+    let tls = etcd_client::TlsOptions::new()
+        .ca_certificate(etcd_client::Certificate::from_pem(ca))
+        .domain_name("localhost");
+    let opts = etcd_client::ConnectOptions::new()
+        .with_tls(tls)
+        .with_connect_timeout(Duration::from_secs(5))
+        .with_timeout(Duration::from_secs(5));
+    let mut client =
+        etcd_client::Client::connect([format!("https://127.0.0.1:{port}")], Some(opts))
+            .await
+            .expect("TLS connect");
+    let resp = client.get("tls-key", None).await.expect("TLS get");
+    assert_eq!(resp.kvs()[0].value(), b"tls-value");
+}
+
+#[tokio::test]
+async fn client_cert_auth_rejects_clients_without_a_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    make_certs(dir.path());
+    let (_server, port) = start_tls_ephd(dir.path(), true);
+    let denied = etcdctl(dir.path(), port, false, &["put", "k", "v"]);
+    assert!(
+        !denied.status.success(),
+        "a client without a certificate was served"
+    );
+    let allowed = etcdctl(dir.path(), port, true, &["put", "k", "v"]);
+    assert!(
+        allowed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&allowed.stderr)
+    );
+}
