@@ -349,6 +349,34 @@ fn check_range_revision(store: &Store, r: &RangeRequest, current: i64) -> Result
 
 // ------------------------------------------------------------- execution
 
+/// Commits an allocated revision exactly once. Should applying a write ever
+/// panic, the revision is still committed (without events) when the guard
+/// drops, so later writers waiting for it cannot hang.
+struct CommitGuard<'a> {
+    store: &'a Store,
+    rev: i64,
+    done: bool,
+}
+
+impl CommitGuard<'_> {
+    fn finish(mut self, events: Vec<Event>) {
+        self.done = true;
+        self.store.commit(self.rev, events);
+    }
+}
+
+impl Drop for CommitGuard<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            tracing::error!(
+                revision = self.rev,
+                "a write failed mid-apply; committing its revision empty"
+            );
+            self.store.commit(self.rev, Vec::new());
+        }
+    }
+}
+
 struct Apply {
     rev: i64,
     begin: i64,
@@ -475,6 +503,11 @@ impl Store {
         } else {
             begin
         };
+        let guard = changes.then(|| CommitGuard {
+            store: self,
+            rev,
+            done: false,
+        });
         let mut apply = Apply {
             rev,
             begin: if changes { rev - 1 } else { begin },
@@ -483,8 +516,8 @@ impl Store {
         };
         let mut resp = self.apply_ops(req, &path, access, &mut apply);
         resp.revision = apply.rev;
-        if apply.changed {
-            self.commit(apply.rev, apply.events);
+        if let Some(guard) = guard {
+            guard.finish(apply.events);
         }
         Ok((resp, rev))
     }
@@ -697,6 +730,11 @@ impl Store {
                 self.allocated_revision()
             } else {
                 let rev = self.allocate_revision();
+                let guard = CommitGuard {
+                    store: self,
+                    rev,
+                    done: false,
+                };
                 let mut a = Apply {
                     rev,
                     begin: rev - 1,
@@ -706,7 +744,7 @@ impl Store {
                 for kv in &doomed {
                     self.delete_one(&mut access, kv, &mut a);
                 }
-                self.commit(rev, a.events);
+                guard.finish(a.events);
                 rev
             }
         };
