@@ -482,7 +482,17 @@ impl Store {
                         if !adopting && !self.lessor().contains(p.lease) {
                             return Err(Error::LeaseNotFound);
                         }
-                        attachments.push((p.lease, p.key.clone()));
+                        // The lessor keeps the key for as long as the lease
+                        // lives: give it the index's own bytes (or a copy),
+                        // never a slice that pins the whole request buffer.
+                        let key = match access.slot(&p.key) {
+                            Some(i) => match &*access {
+                                Access::Shared { entry_keys, .. } => entry_keys[i].clone(),
+                                Access::Exclusive => Bytes::copy_from_slice(&p.key),
+                            },
+                            None => Bytes::copy_from_slice(&p.key),
+                        };
+                        attachments.push((p.lease, key));
                     }
                 }
                 RequestOp::Delete(d) => {
