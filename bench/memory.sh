@@ -7,7 +7,10 @@
 #   lease  N node-Lease-like objects: 1 version each, ~300-byte values
 #   event  N Event-like objects with a shared lease per 1000, ~700-byte values
 # Prints one Markdown table row per (shape, server) and the ratio to the raw
-# key+value bytes. Env: N (default 1000000), CLIENTS (100).
+# key+value bytes, measured after the load (all history retained, as between
+# kube-apiserver's 5-minute compactions) and again after compacting at the
+# current revision (latest versions only). Env: N (default 1000000),
+# CLIENTS (100).
 # Bounded: each load has a 10-minute limit; servers are killed on exit.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -44,8 +47,8 @@ start() { # server -> sets PID, PORT
   sleep 0.5
 }
 
-echo "| shape | server | objects | raw key+value MB | RSS MB | peak RSS MB | RSS / raw | bytes per object |"
-echo "|---|---|---:|---:|---:|---:|---:|---:|"
+echo "| shape | server | objects | raw key+value MB | RSS MB, with history | RSS MB, compacted | peak RSS MB | compacted RSS / raw | bytes per object, compacted |"
+echo "|---|---|---:|---:|---:|---:|---:|---:|---:|"
 for shape in lease event; do
   for server in etcd ephd; do
     start "$server"
@@ -60,12 +63,18 @@ for shape in lease event; do
     fi
     raw=$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); print(r.get("ops",0)*(r.get("key_size",0)+r.get("val_size",0)))' "$out")
     sleep 1
+    rss_hist=$(rss_kb "$PID")
+    rev=$(ETCDCTL_API=3 etcdctl --endpoints="127.0.0.1:$PORT" endpoint status -w json |
+      python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["Status"]["header"]["revision"])')
+    ETCDCTL_API=3 etcdctl --endpoints="127.0.0.1:$PORT" --command-timeout=120s compact "$rev" --physical >/dev/null
+    sleep 3
     rss=$(rss_kb "$PID"); hwm=$(hwm_kb "$PID")
-    python3 - "$shape" "$server" "$N" "$raw" "$base" "$rss" "$hwm" <<'PY'
+    python3 - "$shape" "$server" "$N" "$raw" "$base" "$rss" "$hwm" "$rss_hist" <<'PY'
 import sys
-shape, server, n, raw, base, rss, hwm = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]), int(sys.argv[7])
+shape, server = sys.argv[1], sys.argv[2]
+n, raw, base, rss, hwm, hist = (int(x) for x in sys.argv[3:9])
 grown = (rss - base) * 1024
-print(f"| {shape} | {server} | {n:,} | {raw/1e6:,.0f} | {rss/1024:,.0f} | {hwm/1024:,.0f} | {grown/raw:.2f}x | {grown/n:,.0f} |")
+print(f"| {shape} | {server} | {n:,} | {raw/1e6:,.0f} | {hist/1024:,.0f} | {rss/1024:,.0f} | {hwm/1024:,.0f} | {grown/raw:.2f}x | {grown/n:,.0f} |")
 PY
     kill "$PID"; wait "$PID" 2>/dev/null || true
   done

@@ -5,6 +5,13 @@ use ephd::config::Config;
 use ephd::server::Server;
 use std::process::ExitCode;
 
+/// jemalloc returns freed memory to the system (after compaction, lease
+/// expiry) and fragments less than glibc's allocator under the many small,
+/// long-lived allocations of the store.
+#[cfg(not(target_env = "msvc"))]
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let config = Config::parse();
