@@ -5,11 +5,11 @@
 //! event arrives.
 
 use crate::common::{
-    call, join_all, prefix_end, run_nonce, value_with, Common, CpuSample, Pool, Progress, Recorder,
+    call, join_all, run_nonce, value_with, Common, CpuSample, Pool, Progress, Recorder,
 };
 use crate::ops::{count_prefix, create_txn, current_revision, header_rev};
 use crate::report::{r3, Report};
-use crate::watchcheck::{RevTable, WatchOpts, WatchSet};
+use crate::watchcheck::{RevTable, WatchSet};
 use bytes::Bytes;
 use ephd::proto::etcdserverpb::{lease_client::LeaseClient, LeaseGrantRequest};
 use std::sync::Arc;
@@ -88,27 +88,8 @@ pub async fn run(c: &Common, a: &Args) -> Result<Report, String> {
 
     let base = current_revision(&pool, &prefix, c.timeout).await?;
     let table = RevTable::new(base);
-    let watch = if a.watchers > 0 {
-        let opts = WatchOpts {
-            key: prefix.clone(),
-            range_end: prefix_end(&prefix),
-            prev_kv: true,
-            progress_notify: true,
-        };
-        Some(
-            WatchSet::open(
-                &pool,
-                &opts,
-                a.watchers,
-                a.streams,
-                table.clone(),
-                c.timeout,
-            )
-            .await?,
-        )
-    } else {
-        None
-    };
+    let watch =
+        WatchSet::open_prefix(&pool, &prefix, a.watchers, a.streams, &table, c.timeout).await?;
     let leases = Arc::new(LeasePool {
         slot: Mutex::new((0, 0)),
         per_lease: a.keys_per_lease.max(1),

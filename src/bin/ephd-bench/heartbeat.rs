@@ -11,11 +11,11 @@
 //! in order, and measures the delivery lag.
 
 use crate::common::{
-    call, join_all, prefix_end, value_with, Budget, Common, CpuSample, Pool, Progress, Recorder,
+    call, join_all, value_with, Budget, Common, CpuSample, Pool, Progress, Recorder,
 };
 use crate::ops::{cas_txn, create_txn, current_revision, failed_cas_rev, get_op, header_rev};
 use crate::report::Report;
-use crate::watchcheck::{RevTable, WatchOpts, WatchSet};
+use crate::watchcheck::{RevTable, WatchSet};
 use bytes::Bytes;
 use ephd::proto::etcdserverpb::TxnRequest;
 use std::sync::Arc;
@@ -62,27 +62,8 @@ pub async fn run(c: &Common, a: &Args) -> Result<Report, String> {
 
     let base = current_revision(&pool, &prefix, c.timeout).await?;
     let table = RevTable::new(base);
-    let mut watch = if a.watchers > 0 {
-        let opts = WatchOpts {
-            key: prefix.clone(),
-            range_end: prefix_end(&prefix),
-            prev_kv: true,
-            progress_notify: true,
-        };
-        Some(
-            WatchSet::open(
-                &pool,
-                &opts,
-                a.watchers,
-                a.streams,
-                table.clone(),
-                c.timeout,
-            )
-            .await?,
-        )
-    } else {
-        None
-    };
+    let mut watch =
+        WatchSet::open_prefix(&pool, &prefix, a.watchers, a.streams, &table, c.timeout).await?;
 
     // Setup: create every node's Lease (or adopt it if it exists).
     let spinner = Progress::spinner(c.progress_enabled(), "creating node leases");

@@ -255,6 +255,30 @@ pub struct WatchSet {
 }
 
 impl WatchSet {
+    /// The apiserver's watch on a resource prefix (`prev_kv`,
+    /// `progress_notify`), or `None` when no watchers are wanted.
+    pub async fn open_prefix(
+        pool: &Pool,
+        prefix: &Bytes,
+        watchers: usize,
+        streams: usize,
+        table: &Arc<RevTable>,
+        timeout: Duration,
+    ) -> Result<Option<WatchSet>, String> {
+        if watchers == 0 {
+            return Ok(None);
+        }
+        let opts = WatchOpts {
+            key: prefix.clone(),
+            range_end: crate::common::prefix_end(prefix),
+            prev_kv: true,
+            progress_notify: true,
+        };
+        WatchSet::open(pool, &opts, watchers, streams, table.clone(), timeout)
+            .await
+            .map(Some)
+    }
+
     /// Opens `streams` streams carrying `watchers` watchers in all, and
     /// waits until every watcher is created.
     pub async fn open(
