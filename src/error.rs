@@ -20,14 +20,10 @@ pub enum Code {
     NotFound,
     /// The request conflicts with current state (lease already exists, auth off).
     FailedPrecondition,
-    /// A resource limit was reached.
-    ResourceExhausted,
     /// The server cannot serve the request right now.
     Unavailable,
     /// The RPC exists in etcd's API but ephd does not serve it.
     Unimplemented,
-    /// An internal invariant failed; never expected.
-    Internal,
 }
 
 /// Every error ephd returns to clients, each carrying etcd's exact text.

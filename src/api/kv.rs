@@ -15,9 +15,6 @@ impl Kv for KvService {
         req: Request<pb::RangeRequest>,
     ) -> Result<Response<pb::RangeResponse>, Status> {
         let req = req.into_inner();
-        if req.key.is_empty() {
-            return Err(status(crate::error::Error::EmptyKey));
-        }
         let Shared {
             store,
             info,

@@ -123,10 +123,8 @@ fn status_of(err: &Error) -> tonic::Status {
         Code::OutOfRange => tonic::Code::OutOfRange,
         Code::NotFound => tonic::Code::NotFound,
         Code::FailedPrecondition => tonic::Code::FailedPrecondition,
-        Code::ResourceExhausted => tonic::Code::ResourceExhausted,
         Code::Unavailable => tonic::Code::Unavailable,
         Code::Unimplemented => tonic::Code::Unimplemented,
-        Code::Internal => tonic::Code::Internal,
     };
     tonic::Status::new(code, err.message())
 }

@@ -190,18 +190,37 @@ impl LockPlan {
 /// mode, single keys only) or directly (exclusive mode).
 enum Access<'g> {
     Shared {
-        keys: &'g [Bytes],
-        entry_keys: Vec<Bytes>,
+        /// The index's own key bytes, sorted, one per guard.
+        keys: Vec<Bytes>,
         guards: Vec<RwLockWriteGuard<'g, Vec<Version>>>,
     },
     Exclusive,
 }
 
-impl Access<'_> {
+impl<'g> Access<'g> {
+    /// Write-locks the histories of `entries` (sorted by key, so concurrent
+    /// writers always lock in the same order).
+    fn lock<'m: 'g>(entries: &'g [Entry<'m, Bytes, KeyEntry>]) -> Self {
+        Access::Shared {
+            keys: entries.iter().map(|e| e.key().clone()).collect(),
+            guards: entries.iter().map(|e| e.value().versions.write()).collect(),
+        }
+    }
+
     fn slot(&self, key: &Bytes) -> Option<usize> {
         match self {
             Access::Shared { keys, .. } => keys.binary_search(key).ok(),
             Access::Exclusive => None,
+        }
+    }
+
+    /// Key bytes to keep beyond the request: the index's own when the key
+    /// is locked, otherwise a copy, never a slice that pins the request
+    /// buffer.
+    fn owned_key(&self, key: &Bytes) -> Bytes {
+        match (self, self.slot(key)) {
+            (Access::Shared { keys, .. }, Some(i)) => keys[i].clone(),
+            _ => Bytes::copy_from_slice(key),
         }
     }
 }
@@ -336,17 +355,6 @@ impl Path {
     }
 }
 
-/// etcd's check of historical reads inside a txn.
-fn check_range_revision(store: &Store, r: &RangeRequest, current: i64) -> Result<()> {
-    if r.revision > current {
-        return Err(Error::FutureRev);
-    }
-    if r.revision > 0 && r.revision < store.compacted_revision() {
-        return Err(Error::Compacted);
-    }
-    Ok(())
-}
-
 // ------------------------------------------------------------- execution
 
 /// Commits an allocated revision exactly once. Should applying a write ever
@@ -407,11 +415,7 @@ impl Store {
             self.check_running()?;
             let entries: Vec<Entry<'_, Bytes, KeyEntry>> =
                 plan.keys.iter().map(|k| self.entry_for(k)).collect();
-            let mut access = Access::Shared {
-                keys: &plan.keys,
-                entry_keys: entries.iter().map(|e| e.key().clone()).collect(),
-                guards: entries.iter().map(|e| e.value().versions.write()).collect(),
-            };
+            let mut access = Access::lock(&entries);
             self.apply_txn(&req, &mut access)?
         };
         self.wait_visible(wait_for);
@@ -435,7 +439,7 @@ impl Store {
         let snap = Snapshot(self);
         let path = Path::evaluate(req, &snap, rev);
         path.visit(req, &mut |op| match op {
-            RequestOp::Range(r) => check_range_revision(self, r, rev),
+            RequestOp::Range(r) => self.check_read_revision(r.revision, rev).map(drop),
             _ => Ok(()),
         })?;
         let responses = path
@@ -482,17 +486,8 @@ impl Store {
                         if !adopting && !self.lessor().contains(p.lease) {
                             return Err(Error::LeaseNotFound);
                         }
-                        // The lessor keeps the key for as long as the lease
-                        // lives: give it the index's own bytes (or a copy),
-                        // never a slice that pins the whole request buffer.
-                        let key = match access.slot(&p.key) {
-                            Some(i) => match &*access {
-                                Access::Shared { entry_keys, .. } => entry_keys[i].clone(),
-                                Access::Exclusive => Bytes::copy_from_slice(&p.key),
-                            },
-                            None => Bytes::copy_from_slice(&p.key),
-                        };
-                        attachments.push((p.lease, key));
+                        // The lessor keeps the key as long as the lease lives.
+                        attachments.push((p.lease, access.owned_key(&p.key)));
                     }
                 }
                 RequestOp::Delete(d) => {
@@ -503,7 +498,7 @@ impl Store {
             Ok(())
         })?;
         path.visit(req, &mut |op| match op {
-            RequestOp::Range(r) => check_range_revision(self, r, begin),
+            RequestOp::Range(r) => self.check_read_revision(r.revision, begin).map(drop),
             _ => Ok(()),
         })?;
         self.lessor().attach_all(&attachments)?;
@@ -683,11 +678,9 @@ impl Store {
     ) -> Option<Kv> {
         let slot = access.slot(key);
         let (entry_key, mut exclusive_entry, versions) = match access {
-            Access::Shared {
-                guards, entry_keys, ..
-            } => {
+            Access::Shared { guards, keys } => {
                 let i = slot.expect("written keys are locked");
-                (entry_keys[i].clone(), None, Some(&mut guards[i]))
+                (keys[i].clone(), None, Some(&mut guards[i]))
             }
             Access::Exclusive => {
                 let entry = self.entry_for(key);
@@ -711,7 +704,6 @@ impl Store {
 
     /// Deletes the keys still attached to a revoked lease at one revision.
     pub(crate) fn delete_keys_of_lease(&self, lease: i64, keys: Vec<Bytes>) -> i64 {
-        self.note_applied();
         let rev = {
             let _shared = self.mode.read();
             if self.check_running().is_err() {
@@ -721,11 +713,7 @@ impl Store {
             }
             let entries: Vec<Entry<'_, Bytes, KeyEntry>> =
                 keys.iter().map(|k| self.entry_for(k)).collect();
-            let mut access = Access::Shared {
-                keys: &keys,
-                entry_keys: entries.iter().map(|e| e.key().clone()).collect(),
-                guards: entries.iter().map(|e| e.value().versions.write()).collect(),
-            };
+            let mut access = Access::lock(&entries);
             let doomed: Vec<Kv> = {
                 let view = WriteView {
                     store: self,
@@ -737,6 +725,8 @@ impl Store {
                     .collect()
             };
             if doomed.is_empty() {
+                // A revoke is one applied request; with keys, `commit` counts it.
+                self.note_applied();
                 self.allocated_revision()
             } else {
                 let rev = self.allocate_revision();
