@@ -243,7 +243,7 @@ impl<T, L: Fn(&T, &T) -> bool> Sorter<'_, T, L> {
                 if other >= length {
                     other -= length;
                 }
-                self.swap(idx - 1 + i, a + other);
+                self.swap(idx + i, a + other);
             }
         }
     }

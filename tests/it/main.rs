@@ -16,6 +16,7 @@ mod maintenance;
 mod operations;
 mod restart;
 mod smoke;
+mod sorting;
 mod support;
 mod tls;
 mod watch;
