@@ -41,6 +41,8 @@ pub enum Error {
     TooManyOps,
     /// Two writes to the same key in one txn.
     DuplicateKey,
+    /// A sort order or target etcd does not define.
+    InvalidSortOption,
     /// A read or compaction below the compacted revision.
     Compacted,
     /// A read or compaction above the current revision.
@@ -73,6 +75,7 @@ impl Error {
             | Error::LeaseProvided
             | Error::TooManyOps
             | Error::DuplicateKey
+            | Error::InvalidSortOption
             | Error::RequestTooLarge => Code::InvalidArgument,
             Error::Compacted | Error::FutureRev | Error::LeaseTtlTooLarge => Code::OutOfRange,
             Error::LeaseNotFound | Error::MemberNotFound => Code::NotFound,
@@ -91,6 +94,7 @@ impl Error {
             Error::LeaseProvided => "etcdserver: lease is provided",
             Error::TooManyOps => "etcdserver: too many operations in txn request",
             Error::DuplicateKey => "etcdserver: duplicate key given in txn request",
+            Error::InvalidSortOption => "etcdserver: invalid sort option",
             Error::Compacted => "etcdserver: mvcc: required revision has been compacted",
             Error::FutureRev => "etcdserver: mvcc: required revision is a future revision",
             Error::LeaseNotFound => "etcdserver: requested lease not found",

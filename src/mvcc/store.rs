@@ -205,7 +205,7 @@ impl Store {
 
     /// Range with etcd's semantics.
     pub fn range(&self, req: &RangeRequest) -> Result<RangeResponse> {
-        super::txn::check_key(&req.key)?;
+        super::txn::check_range(req)?;
         let _gate = self.compaction_gate.read();
         let current = self.current_revision();
         let rev = self.check_read_revision(req.revision, current)?;

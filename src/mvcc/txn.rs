@@ -38,12 +38,21 @@ fn check_txn(req: &TxnRequest, max_ops: i64) -> Result<()> {
 
 fn check_op(op: &RequestOp, max_ops: i64) -> Result<()> {
     match op {
-        RequestOp::Range(r) => check_key(&r.key),
+        RequestOp::Range(r) => check_range(r),
         RequestOp::Put(p) => check_put(p),
         RequestOp::Delete(d) => check_key(&d.key),
         RequestOp::Txn(t) => check_txn(t, max_ops),
         RequestOp::Empty => Err(Error::KeyNotFound),
     }
+}
+
+/// etcd 3.5+'s Range checks (3.4 crashed on an undefined sort target).
+pub(crate) fn check_range(r: &RangeRequest) -> Result<()> {
+    check_key(&r.key)?;
+    if r.sort_order == SortOrder::Unknown || r.sort_target == SortTarget::Unknown {
+        return Err(Error::InvalidSortOption);
+    }
+    Ok(())
 }
 
 pub(crate) fn check_key(key: &Bytes) -> Result<()> {

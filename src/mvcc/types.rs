@@ -66,8 +66,7 @@ pub enum SortOrder {
     Ascend,
     /// Descending by the sort target.
     Descend,
-    /// A value etcd does not define: disables early limit but sorts nothing,
-    /// exactly as etcd behaves.
+    /// A value etcd does not define; rejected by request validation.
     Unknown,
 }
 
@@ -85,7 +84,7 @@ pub enum SortTarget {
     Mod,
     /// The value bytes.
     Value,
-    /// A value etcd does not define: etcd leaves such results unsorted.
+    /// A value etcd does not define; rejected by request validation.
     Unknown,
 }
 

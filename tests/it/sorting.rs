@@ -81,3 +81,106 @@ async fn ties_in_sorted_ranges_come_back_in_etcds_order() {
         assert_eq!(w, g, "{case}: ephd's order differs from stock etcd's");
     }
 }
+
+/// Compare results and targets etcd does not define are plain integers on
+/// the wire; ephd must evaluate them exactly as stock etcd does.
+#[tokio::test]
+async fn undefined_compare_values_behave_as_in_etcd() {
+    use ephd::proto::etcdserverpb::{
+        compare::TargetUnion, request_op::Request, Compare, PutRequest, RangeRequest, RequestOp,
+        TxnRequest,
+    };
+    let etcd = StockEtcd::start();
+    let ours = ephd(&[]);
+    let mut answers = Vec::new();
+    for mut kv in [etcd.kv().await, ours.kv().await] {
+        kv.put(PutRequest {
+            key: "u/1".into(),
+            value: "b".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        let mut got = Vec::new();
+        for (result, target, operand) in [
+            (9, 3, TargetUnion::Value("zzz".into())),
+            (9, 0, TargetUnion::Version(0)),
+            (0, 9, TargetUnion::Version(5)),
+            (1, 9, TargetUnion::Version(5)),
+            (3, 9, TargetUnion::Version(5)),
+            (0, 2, TargetUnion::Version(5)),
+            (0, 1, TargetUnion::Lease(0)),
+        ] {
+            let txn = TxnRequest {
+                compare: vec![Compare {
+                    result,
+                    target,
+                    key: "u/1".into(),
+                    target_union: Some(operand.clone()),
+                    ..Default::default()
+                }],
+                success: vec![RequestOp {
+                    request: Some(Request::RequestRange(RangeRequest {
+                        key: "u/1".into(),
+                        ..Default::default()
+                    })),
+                }],
+                failure: vec![],
+            };
+            let r = kv
+                .txn(txn)
+                .await
+                .map(|r| r.into_inner().succeeded)
+                .map_err(|s| (s.code(), s.message().to_string()));
+            got.push(format!(
+                "result={result} target={target} {operand:?}: {r:?}"
+            ));
+        }
+        answers.push(got);
+    }
+    assert_eq!(
+        answers[0], answers[1],
+        "stock etcd (left) and ephd (right) differ"
+    );
+}
+
+/// An undefined sort order or target crashes stock etcd 3.4 (a nil sorter);
+/// etcd 3.5+ rejects it, in ranges and in txn range ops, and so does ephd.
+#[tokio::test]
+async fn undefined_sort_options_are_rejected_like_etcd_35() {
+    use ephd::proto::etcdserverpb::{request_op::Request, RangeRequest, RequestOp, TxnRequest};
+    let ours = ephd(&[]);
+    let mut kv = ours.kv().await;
+    for (order, target) in [(7, 0), (1, 9), (0, 9)] {
+        let range = RangeRequest {
+            key: "u/".into(),
+            sort_order: order,
+            sort_target: target,
+            ..Default::default()
+        };
+        let err = kv.range(range.clone()).await.unwrap_err();
+        assert_eq!(
+            (err.code(), err.message()),
+            (
+                tonic::Code::InvalidArgument,
+                "etcdserver: invalid sort option"
+            ),
+            "order={order} target={target}"
+        );
+        let txn = TxnRequest {
+            failure: vec![RequestOp {
+                request: Some(Request::RequestRange(range)),
+            }],
+            ..Default::default()
+        };
+        let err = kv.txn(txn).await.unwrap_err();
+        assert_eq!(err.message(), "etcdserver: invalid sort option");
+    }
+    // The server is still serving.
+    kv.range(RangeRequest {
+        key: "u/".into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+}
