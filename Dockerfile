@@ -40,6 +40,9 @@ RUN cargo chef prepare --recipe-path recipe.json
 FROM chef AS builder
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 COPY --from=planner /src/recipe.json recipe.json
+# The rustflags (--cfg tokio_unstable) must match the final build, or the
+# cached dependencies would be rebuilt.
+COPY .cargo/ .cargo/
 # Dependency caching layer: compiles every dependency (and the vendored
 # protoc used by build.rs) against a skeleton of the crate.
 RUN cargo chef cook --release --locked --bin ephd --recipe-path recipe.json

@@ -31,5 +31,7 @@ fn main() -> io::Result<()> {
         .build_client(true)
         // Decode every protobuf `bytes` field as `bytes::Bytes` (cheap clones).
         .bytes(".")
+        // Our codec sizes each encode buffer exactly (see src/proto/codec.rs).
+        .codec_path("crate::proto::codec::ExactCodec")
         .compile_protos(PROTOS, &["proto"])
 }

@@ -37,3 +37,6 @@ pub mod v3lockpb {
 pub mod v3electionpb {
     tonic::include_proto!("v3electionpb");
 }
+
+/// The gRPC message codec of every service and client in [`crate::proto`].
+pub mod codec;
