@@ -4,6 +4,7 @@
 //! See [`Store`] for the concurrency design. Nothing here knows about gRPC.
 
 mod gosort;
+mod index;
 mod log;
 pub mod range;
 mod store;

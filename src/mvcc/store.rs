@@ -1,8 +1,9 @@
 //! The store: ordered index, per-key history, revision sequencer.
 //!
 //! # Concurrency
-//! * The index is a lock-free ordered skip list (crossbeam) of keys; each key
-//!   owns a small lock around its version history.
+//! * The index (`index.rs`) holds every key twice: in a lock-free ordered
+//!   skip list for ranges and in a sharded hash table for point lookups; each
+//!   key owns a small lock around its version history.
 //! * Writers that touch only single keys (every Kubernetes write) take a
 //!   shared "mode" lock plus the locks of their keys, in key order, so writers
 //!   of different keys run in parallel. Writers that touch ranges (range
@@ -19,13 +20,13 @@
 //!   compaction gate (read-mostly lock) keeps a read from racing the moment
 //!   the compacted revision moves.
 
+use super::index::Index;
 use super::log::EventLog;
 use super::range::{execute_range, range_bound, KvSource};
 use super::types::*;
 use crate::error::{Error, Result};
 use crate::lease::{LeaseInfo, Lessor, LessorConfig};
 use bytes::Bytes;
-use crossbeam_skiplist::SkipMap;
 use parking_lot::{Mutex, RwLock};
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -61,12 +62,6 @@ pub(crate) struct Version {
     pub(crate) kv: Option<Kv>,
 }
 
-/// A key's history, oldest first.
-#[derive(Default)]
-pub(crate) struct KeyEntry {
-    pub(crate) versions: RwLock<Vec<Version>>,
-}
-
 /// The version visible at `rev`, if the key was live then.
 pub(crate) fn visible(versions: &[Version], rev: i64) -> Option<&Kv> {
     versions
@@ -100,7 +95,7 @@ fn kv_bytes(kv: &KeyValue) -> i64 {
 
 /// The multi-version store; see the module docs for the design.
 pub struct Store {
-    pub(crate) index: SkipMap<Bytes, KeyEntry>,
+    pub(crate) index: Index,
     pub(crate) mode: RwLock<()>,
     pub(crate) compaction_gate: RwLock<()>,
     compacted: AtomicI64,
@@ -122,7 +117,7 @@ impl Store {
         let start = config.initial_revision.max(1);
         let compacted = if start > 1 { start } else { -1 };
         Store {
-            index: SkipMap::new(),
+            index: Index::default(),
             mode: RwLock::new(()),
             compaction_gate: RwLock::new(()),
             compacted: AtomicI64::new(compacted),
@@ -254,10 +249,10 @@ impl Store {
                 h = h.wrapping_mul(0x0100_0193);
             }
         };
-        for entry in self.index.iter() {
-            let versions = entry.value().versions.read();
+        self.index.for_range(Bound::Unbounded, None, &mut |entry| {
+            let versions = entry.versions.read();
             for v in versions.iter().filter(|v| v.rev <= rev) {
-                mix(entry.key());
+                mix(&entry.key);
                 mix(&v.rev.to_be_bytes());
                 match &v.kv {
                     Some(kv) => {
@@ -267,7 +262,8 @@ impl Store {
                     None => mix(b"\xfftombstone"),
                 }
             }
-        }
+            true
+        });
         Ok((h, compacted, rev))
     }
 
@@ -406,16 +402,16 @@ impl Store {
         use std::collections::HashMap;
         let mut attached: HashMap<i64, Vec<Bytes>> = HashMap::new();
         for kv in kvs {
-            let entry = self.entry_for(&kv.key);
+            let entry = self.index.get_or_insert(&kv.key);
             let kv = Arc::new(KeyValue {
-                key: entry.key().clone(),
+                key: entry.key.clone(),
                 ..kv
             });
             if kv.lease != 0 {
                 attached.entry(kv.lease).or_default().push(kv.key.clone());
             }
             self.push_version(
-                &mut entry.value().versions.write(),
+                &mut entry.versions.write(),
                 Version {
                     rev: kv.mod_revision,
                     kv: Some(kv),
@@ -472,26 +468,28 @@ impl Store {
         loop {
             let _exclusive = self.mode.write();
             let mut seen = 0;
+            let mut last = None;
+            let mut emptied = Vec::new();
             let lower = match &from {
-                Some(k) => Bound::Excluded(k.clone()),
+                Some(k) => Bound::Excluded(k.as_ref()),
                 None => Bound::Unbounded,
             };
-            let mut last = None;
-            for entry in self.index.range((lower, Bound::Unbounded)) {
+            self.index.for_range(lower, None, &mut |entry| {
                 if seen == BATCH {
-                    break;
+                    return false;
                 }
                 seen += 1;
-                let empty = {
-                    let mut versions = entry.value().versions.write();
-                    let freed = prune_versions(&mut versions, rev);
-                    self.stats.total_bytes.fetch_sub(freed, Ordering::Relaxed);
-                    versions.is_empty()
-                };
-                if empty {
-                    entry.remove();
+                let mut versions = entry.versions.write();
+                let freed = prune_versions(&mut versions, rev);
+                self.stats.total_bytes.fetch_sub(freed, Ordering::Relaxed);
+                if versions.is_empty() {
+                    emptied.push(entry.key.clone());
                 }
-                last = Some(entry.key().clone());
+                last = Some(entry.key.clone());
+                true
+            });
+            for key in &emptied {
+                self.index.remove(key);
             }
             match last {
                 Some(k) if seen == BATCH => from = Some(k),
@@ -535,22 +533,26 @@ impl KvSource for Snapshot<'_> {
         match range_bound(end) {
             None => {
                 if let Some(entry) = self.0.index.get(key) {
-                    if let Some(kv) = visible(&entry.value().versions.read(), rev) {
+                    if let Some(kv) = visible(&entry.versions.read(), rev) {
                         f(kv);
                     }
                 }
             }
             Some(upper) => {
-                let upper = match upper {
-                    Some(end) if end.as_ref() <= key.as_ref() => return,
-                    Some(end) => Bound::Excluded(end.clone()),
-                    None => Bound::Unbounded,
-                };
-                for entry in self.0.index.range((Bound::Included(key.clone()), upper)) {
-                    if let Some(kv) = visible(&entry.value().versions.read(), rev) {
-                        f(kv);
+                if let Some(end) = &upper {
+                    if end.as_ref() <= key.as_ref() {
+                        return;
                     }
                 }
+                let to = upper.as_ref().map(|e| e.as_ref());
+                self.0
+                    .index
+                    .for_range(Bound::Included(key.as_ref()), to, &mut |entry| {
+                        if let Some(kv) = visible(&entry.versions.read(), rev) {
+                            f(kv);
+                        }
+                        true
+                    });
             }
         }
     }

@@ -2,12 +2,12 @@
 //! write pipeline every mutating request goes through (Put and DeleteRange
 //! are one-op transactions; lease revocation is a multi-key delete).
 
+use super::index::EntryRef;
 use super::range::{execute_range, KvSource};
-use super::store::{visible, KeyEntry, Snapshot, Store, Version};
+use super::store::{visible, Snapshot, Store, Version};
 use super::types::*;
 use crate::error::{Error, Result};
 use bytes::Bytes;
-use crossbeam_skiplist::map::Entry;
 use parking_lot::RwLockWriteGuard;
 use std::cmp::Ordering;
 use std::collections::HashSet;
@@ -209,10 +209,10 @@ enum Access<'g> {
 impl<'g> Access<'g> {
     /// Write-locks the histories of `entries` (sorted by key, so concurrent
     /// writers always lock in the same order).
-    fn lock<'m: 'g>(entries: &'g [Entry<'m, Bytes, KeyEntry>]) -> Self {
+    fn lock(entries: &'g [EntryRef]) -> Self {
         Access::Shared {
-            keys: entries.iter().map(|e| e.key().clone()).collect(),
-            guards: entries.iter().map(|e| e.value().versions.write()).collect(),
+            keys: entries.iter().map(|e| e.key.clone()).collect(),
+            guards: entries.iter().map(|e| e.versions.write()).collect(),
         }
     }
 
@@ -422,8 +422,7 @@ impl Store {
         } else {
             let _shared = self.mode.read();
             self.check_running()?;
-            let entries: Vec<Entry<'_, Bytes, KeyEntry>> =
-                plan.keys.iter().map(|k| self.entry_for(k)).collect();
+            let entries: Vec<EntryRef> = plan.keys.iter().map(|k| self.entry_for(k)).collect();
             let mut access = Access::lock(&entries);
             self.apply_txn(&req, &mut access)?
         };
@@ -431,15 +430,9 @@ impl Store {
         Ok(resp)
     }
 
-    /// The index entry for `key`, created empty if missing. A new entry gets
-    /// its own copy of the key so the index never pins a request buffer.
-    pub(crate) fn entry_for(&self, key: &Bytes) -> Entry<'_, Bytes, KeyEntry> {
-        match self.index.get(key) {
-            Some(e) => e,
-            None => self
-                .index
-                .get_or_insert(Bytes::copy_from_slice(key), KeyEntry::default()),
-        }
+    /// The index entry for `key`, created empty if missing.
+    pub(crate) fn entry_for(&self, key: &Bytes) -> EntryRef {
+        self.index.get_or_insert(key)
     }
 
     fn read_txn(&self, req: &TxnRequest) -> Result<TxnResponse> {
@@ -693,7 +686,7 @@ impl Store {
             }
             Access::Exclusive => {
                 let entry = self.entry_for(key);
-                (entry.key().clone(), Some(entry), None)
+                (entry.key.clone(), Some(entry), None)
             }
         };
         let kv = make(entry_key);
@@ -705,7 +698,7 @@ impl Store {
             Some(v) => self.push_version(v, version),
             None => {
                 let entry = exclusive_entry.take().expect("exclusive entry");
-                self.push_version(&mut entry.value().versions.write(), version);
+                self.push_version(&mut entry.versions.write(), version);
             }
         }
         kv
@@ -720,8 +713,7 @@ impl Store {
                 // in the final snapshot and expire after the restart.
                 return self.current_revision();
             }
-            let entries: Vec<Entry<'_, Bytes, KeyEntry>> =
-                keys.iter().map(|k| self.entry_for(k)).collect();
+            let entries: Vec<EntryRef> = keys.iter().map(|k| self.entry_for(k)).collect();
             let mut access = Access::lock(&entries);
             let doomed: Vec<Kv> = {
                 let view = WriteView {
