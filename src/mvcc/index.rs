@@ -22,7 +22,7 @@ use std::hash::BuildHasher;
 use std::ops::Bound;
 use std::sync::Arc;
 
-use super::store::Version;
+use super::store::History;
 
 /// Number of hash shards: enough that writers on two cores rarely meet on a
 /// shard lock, few enough that empty shards cost nothing noticeable.
@@ -32,7 +32,7 @@ const SHARDS: usize = 64;
 /// the index and every version of the key, never a slice of a request).
 pub(crate) struct KeyEntry {
     pub(crate) key: Bytes,
-    pub(crate) versions: RwLock<Vec<Version>>,
+    pub(crate) versions: RwLock<History>,
 }
 
 /// A shared handle to a key's entry.
@@ -84,7 +84,7 @@ impl Index {
         }
         let entry = Arc::new(KeyEntry {
             key: Bytes::copy_from_slice(key),
-            versions: RwLock::new(Vec::new()),
+            versions: RwLock::new(History::new()),
         });
         self.ordered.insert(entry.key.clone(), entry.clone());
         table.insert_unique(hash, entry.clone(), |e| {

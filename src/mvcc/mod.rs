@@ -11,6 +11,6 @@ mod store;
 mod txn;
 mod types;
 
-pub use log::{EventLog, RevisionEvents};
+pub use log::{EventLog, LoggedEvent};
 pub use store::{Stats, Store, StoreConfig};
 pub use types::*;

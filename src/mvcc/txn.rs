@@ -4,7 +4,7 @@
 
 use super::index::EntryRef;
 use super::range::{execute_range, KvSource};
-use super::store::{visible, Snapshot, Store, Version};
+use super::store::{visible, History, Snapshot, Store, Version};
 use super::types::*;
 use crate::error::{Error, Result};
 use bytes::Bytes;
@@ -201,7 +201,7 @@ enum Access<'g> {
     Shared {
         /// The index's own key bytes, sorted, one per guard.
         keys: Vec<Bytes>,
-        guards: Vec<RwLockWriteGuard<'g, Vec<Version>>>,
+        guards: Vec<RwLockWriteGuard<'g, History>>,
     },
     Exclusive,
 }

@@ -216,7 +216,7 @@ impl WatchStream {
             .filter(|r| *r <= latest)
             .min();
         if let Some(from) = from {
-            let (compacted, mut batch) = store.read_log(from, max_revisions);
+            let (compacted, mut batch, limited) = store.read_log(from, max_revisions);
             // Watchers that still need history compaction removed are
             // canceled, as etcd does with unsynced watchers.
             let lagging: Vec<i64> = self
@@ -233,7 +233,7 @@ impl WatchStream {
                 });
             }
             batch.retain(|b| b.revision <= latest);
-            let upto = if batch.len() == max_revisions {
+            let upto = if limited {
                 batch.last().map_or(latest, |b| b.revision)
             } else {
                 latest
@@ -245,7 +245,7 @@ impl WatchStream {
                 let events: Vec<Event> = batch
                     .iter()
                     .filter(|b| b.revision >= w.next_rev && b.revision <= upto)
-                    .flat_map(|b| b.events.iter())
+                    .map(|b| &b.event)
                     .filter(|e| matches(&w.spec, e))
                     .map(|e| deliverable(&w.spec, e, compacted))
                     .collect();
