@@ -37,7 +37,10 @@ impl Kv for KvService {
         } = &self.0;
         check_size(info, req.encoded_len())?;
         metrics.put_total.inc();
-        let resp = store.put(convert::put_request(req)).map_err(status)?;
+        let resp = store
+            .put_async(convert::put_request(req))
+            .await
+            .map_err(status)?;
         let header = info.header(resp.revision);
         Ok(Response::new(convert::put_response(resp, header)))
     }
@@ -56,7 +59,8 @@ impl Kv for KvService {
         check_size(info, req.encoded_len())?;
         metrics.delete_total.inc();
         let resp = store
-            .delete_range(convert::delete_request(req))
+            .delete_range_async(convert::delete_request(req))
+            .await
             .map_err(status)?;
         let header = info.header(resp.revision);
         Ok(Response::new(convert::delete_response(resp, header)))
@@ -72,7 +76,10 @@ impl Kv for KvService {
         } = &self.0;
         check_size(info, req.encoded_len())?;
         metrics.txn_total.inc();
-        let resp = store.txn(convert::txn_request(req)).map_err(status)?;
+        let resp = store
+            .txn_async(convert::txn_request(req))
+            .await
+            .map_err(status)?;
         let header = info.header(resp.revision);
         Ok(Response::new(convert::txn_response(resp, header)))
     }

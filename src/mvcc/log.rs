@@ -44,13 +44,18 @@ impl EventLog {
     }
 
     /// Appends one committed revision. Called by the store's sequencer, in
-    /// revision order only.
+    /// revision order only; readers learn of it from [`EventLog::publish`].
     pub(crate) fn append(&self, revision: i64, events: Vec<Event>) {
         self.entries.write().extend(
             events
                 .into_iter()
                 .map(|event| LoggedEvent { revision, event }),
         );
+    }
+
+    /// Announces that every revision up to `revision` is appended and
+    /// readable: wakes every subscriber.
+    pub(crate) fn publish(&self, revision: i64) {
         self.latest.send_replace(revision);
     }
 

@@ -272,6 +272,16 @@ impl Store {
     /// Put as a one-op write. After the request checks, etcd's unary put
     /// looks up the lease before it checks the ignore flags.
     pub fn put(&self, req: PutRequest) -> Result<PutResponse> {
+        put_response(self.txn(self.put_txn(req)?)?)
+    }
+
+    /// [`Store::put`] for async callers (see [`Store::txn_async`]).
+    pub async fn put_async(&self, req: PutRequest) -> Result<PutResponse> {
+        put_response(self.txn_async(self.put_txn(req)?).await?)
+    }
+
+    /// A put as a one-op txn, after the checks etcd makes before its txn's.
+    fn put_txn(&self, req: PutRequest) -> Result<TxnRequest> {
         super::txn::check_put(&req)?;
         if req.lease != 0
             && !self.lessor.contains(req.lease)
@@ -279,28 +289,21 @@ impl Store {
         {
             return Err(Error::LeaseNotFound);
         }
-        let resp = self.txn(TxnRequest {
+        Ok(TxnRequest {
             compare: Vec::new(),
             success: vec![RequestOp::Put(req)],
             failure: Vec::new(),
-        })?;
-        match resp.responses.into_iter().next() {
-            Some(ResponseOp::Put(p)) => Ok(p),
-            _ => unreachable!("a put txn answers with a put response"),
-        }
+        })
     }
 
     /// DeleteRange as a one-op write.
     pub fn delete_range(&self, req: DeleteRequest) -> Result<DeleteResponse> {
-        let resp = self.txn(TxnRequest {
-            compare: Vec::new(),
-            success: vec![RequestOp::Delete(req)],
-            failure: Vec::new(),
-        })?;
-        match resp.responses.into_iter().next() {
-            Some(ResponseOp::Delete(d)) => Ok(d),
-            _ => unreachable!("a delete txn answers with a delete response"),
-        }
+        delete_response(self.txn(delete_txn(req))?)
+    }
+
+    /// [`Store::delete_range`] for async callers (see [`Store::txn_async`]).
+    pub async fn delete_range_async(&self, req: DeleteRequest) -> Result<DeleteResponse> {
+        delete_response(self.txn_async(delete_txn(req)).await?)
     }
 
     /// Allocates the next revision; only called with the written keys locked
@@ -331,10 +334,14 @@ impl Store {
             self.log.append(next, events);
         }
         self.committed.store(next, Ordering::Release);
+        // Wake watchers and writers waiting in `visible` only now that the
+        // revisions are readable.
+        self.log.publish(next);
     }
 
     /// Waits until revision `rev` is visible to readers, so that a client
     /// that got a response for it can read it back (linearizability).
+    /// Blocks the calling thread; async code uses [`Store::visible`].
     pub(crate) fn wait_visible(&self, rev: i64) {
         let mut spins = 0u32;
         while self.current_revision() < rev {
@@ -344,6 +351,27 @@ impl Store {
                 std::thread::yield_now();
             }
             spins += 1;
+        }
+    }
+
+    /// Completes once revision `rev` is visible to readers. The revisions
+    /// below it belong to writes in flight on other threads, which finish in
+    /// microseconds unless their thread was preempted; then this task parks
+    /// until the sequencer publishes, instead of holding its worker thread.
+    pub async fn visible(&self, rev: i64) {
+        for _ in 0..32 {
+            if self.current_revision() >= rev {
+                return;
+            }
+            std::hint::spin_loop();
+        }
+        // Subscribing before the re-check closes the race with a publish in
+        // between: `commit` stores the watermark before it notifies.
+        let mut published = self.log.subscribe();
+        while self.current_revision() < rev {
+            if published.changed().await.is_err() {
+                return;
+            }
         }
     }
 
@@ -495,6 +523,28 @@ impl Store {
                 _ => return,
             }
         }
+    }
+}
+
+fn put_response(resp: TxnResponse) -> Result<PutResponse> {
+    match resp.responses.into_iter().next() {
+        Some(ResponseOp::Put(p)) => Ok(p),
+        _ => unreachable!("a put txn answers with a put response"),
+    }
+}
+
+fn delete_txn(req: DeleteRequest) -> TxnRequest {
+    TxnRequest {
+        compare: Vec::new(),
+        success: vec![RequestOp::Delete(req)],
+        failure: Vec::new(),
+    }
+}
+
+fn delete_response(resp: TxnResponse) -> Result<DeleteResponse> {
+    match resp.responses.into_iter().next() {
+        Some(ResponseOp::Delete(d)) => Ok(d),
+        _ => unreachable!("a delete txn answers with a delete response"),
     }
 }
 

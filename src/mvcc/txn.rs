@@ -403,12 +403,31 @@ struct Apply {
 
 impl Store {
     /// Txn with etcd's semantics. Every write in ephd comes through here.
+    /// Returns once the txn's revision is visible to readers, waiting on the
+    /// calling thread; async callers use [`Store::txn_async`].
     pub fn txn(&self, req: TxnRequest) -> Result<TxnResponse> {
+        let (resp, wait_for) = self.txn_unpublished(req)?;
+        self.wait_visible(wait_for);
+        Ok(resp)
+    }
+
+    /// [`Store::txn`] for async callers: while an earlier revision is still
+    /// being applied by another thread, the task yields to the runtime
+    /// instead of spinning or calling `sched_yield` on its worker thread.
+    pub async fn txn_async(&self, req: TxnRequest) -> Result<TxnResponse> {
+        let (resp, wait_for) = self.txn_unpublished(req)?;
+        self.visible(wait_for).await;
+        Ok(resp)
+    }
+
+    /// Applies a txn; returns its response and the revision that must be
+    /// visible before the response may be sent.
+    fn txn_unpublished(&self, req: TxnRequest) -> Result<(TxnResponse, i64)> {
         check_txn(&req, self.config.max_txn_ops as i64)?;
         check_intervals(&req.success)?;
         check_intervals(&req.failure)?;
         if is_read_only(&req) {
-            return self.read_txn(&req);
+            return self.read_txn(&req).map(|r| (r, 0));
         }
         let plan = {
             let mut p = LockPlan::default();
@@ -426,8 +445,7 @@ impl Store {
             let mut access = Access::lock(&entries);
             self.apply_txn(&req, &mut access)?
         };
-        self.wait_visible(wait_for);
-        Ok(resp)
+        Ok((resp, wait_for))
     }
 
     /// The index entry for `key`, created empty if missing.
