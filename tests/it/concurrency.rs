@@ -1,6 +1,6 @@
 //! Concurrency: racing create-if-absent transactions, readers that must
-//! never see a torn revision, and a watcher that stops reading while the
-//! rest of the server keeps going.
+//! never see a torn revision, read-your-writes across connections, and a
+//! watcher that stops reading while the rest of the server keeps going.
 //!
 //! Every wait is bounded; the bounds only catch hangs and say nothing about
 //! speed.
@@ -279,6 +279,60 @@ async fn readers_never_see_a_torn_revision() {
     }
     let final_views = views.iter().filter(|(at, _)| *at == last).count();
     assert!(final_views >= 1, "the last reads saw everything");
+}
+
+/// Read-your-writes across connections: once a write is answered, a read on
+/// any other connection sees it, even while other writers hold earlier
+/// revisions still being applied (the server answers a write only when every
+/// revision up to its own is visible).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_write_is_readable_everywhere_once_answered() {
+    const WRITERS: usize = 8;
+    const OPS: usize = 150;
+    let server = TestServer::start();
+    let conns = clients(&server.endpoint(), 4).await;
+    let mut tasks = JoinSet::new();
+    for w in 0..WRITERS {
+        let mut writer = conns[w % conns.len()].clone();
+        let mut reader = conns[(w + 1) % conns.len()].clone();
+        tasks.spawn(async move {
+            for i in 0..OPS {
+                let key = format!("ryw/{w}/{i:03}");
+                let written = if i % 3 == 0 {
+                    let r = within(
+                        "txn",
+                        writer.txn(Txn::new().and_then([TxnOp::put(key.as_str(), "v", None)])),
+                    )
+                    .await
+                    .expect("txn succeeds");
+                    rev(r.header())
+                } else {
+                    let r = within("put", writer.put(key.as_str(), "v", None))
+                        .await
+                        .expect("put succeeds");
+                    rev(r.header())
+                };
+                let got = within("get", reader.get(key.as_str(), None))
+                    .await
+                    .expect("get succeeds");
+                assert!(
+                    rev(got.header()) >= written,
+                    "a read after the write's answer is at revision {} < {written}",
+                    rev(got.header())
+                );
+                let kv = got.kvs().first().unwrap_or_else(|| {
+                    panic!("{key}, written at {written}, is missing on another connection")
+                });
+                assert_eq!(kv.mod_revision(), written);
+            }
+        });
+    }
+    within_for(PHASE, "writers", async {
+        while let Some(res) = tasks.join_next().await {
+            res.expect("writer did not panic");
+        }
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
