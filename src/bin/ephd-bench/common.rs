@@ -2,10 +2,12 @@
 //! budget (count, duration, rate), latency/error recording, CPU sampling of
 //! the server and of this process, and the progress bar.
 
+use crate::h2rpc;
 use bytes::Bytes;
 use clap::Args;
 use ephd::proto::etcdserverpb::{
-    kv_client::KvClient, lease_client::LeaseClient, watch_client::WatchClient,
+    kv_client::KvClient, lease_client::LeaseClient, watch_client::WatchClient, PutRequest,
+    PutResponse, RangeRequest, RangeResponse, TxnRequest, TxnResponse,
 };
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -89,19 +91,56 @@ pub struct Common {
     #[arg(long, global = true, value_parser = parse_duration, default_value = "10s")]
     pub drain_timeout: Duration,
 
-    /// Tokio worker threads for the client [default: number of CPUs].
+    /// Client threads [default: 1]. With 1 the whole client runs on one
+    /// thread (tokio's current-thread runtime): its CPU per op is lowest
+    /// there, as no thread wakes another to hand work over, and the cores
+    /// are shared with the server anyway. More threads use tokio's
+    /// multi-thread runtime.
     #[arg(long, global = true)]
     pub threads: Option<usize>,
 
     /// Never draw the progress bar (it is off anyway when stderr is not a TTY).
     #[arg(long, global = true)]
     pub no_progress: bool,
+
+    /// How KV requests (Put, Range, Txn) are sent. `h2`: a lean unary gRPC
+    /// client on raw HTTP/2, about half the client CPU per request, so the
+    /// client takes less of the cores it shares with the server. `tonic`:
+    /// tonic's Channel (tower buffer + hyper), the previous path, kept for
+    /// comparison. Watch and Lease always use tonic.
+    #[arg(long, global = true, value_enum, default_value_t = Transport::H2)]
+    pub transport: Transport,
+}
+
+/// The client stack that carries unary KV requests (`--transport`).
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// The lean client in `h2rpc`: one HEADERS and one DATA frame per
+    /// request straight on h2, no tower or hyper layers.
+    H2,
+    /// tonic's generated `KvClient` over a `Channel`.
+    Tonic,
+}
+
+impl Transport {
+    /// The name used on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Transport::H2 => "h2",
+            Transport::Tonic => "tonic",
+        }
+    }
 }
 
 impl Common {
     /// `--conns`, or 10.
     pub fn conns(&self) -> usize {
         self.conns.unwrap_or(10).max(1)
+    }
+
+    /// `--threads`, or 1.
+    pub fn threads(&self) -> usize {
+        self.threads.unwrap_or(1).max(1)
     }
 
     /// `--clients`, or the workload's default.
@@ -176,8 +215,15 @@ pub fn resolve_endpoint(raw: &str) -> Result<SocketAddr, String> {
 
 /// The connection pool: `--conns` HTTP/2 connections, round-robin over the
 /// endpoints. Every client stub made from one shares its connection.
+///
+/// With `--transport h2` the KV connections are the lean client's
+/// ([`h2rpc::Channel`]), and the tonic channels that Watch and Lease use are
+/// opened lazily, on their first request, so a workload that does not watch
+/// holds no idle extra connections. With `--transport tonic` everything
+/// goes over the tonic channels, connected up front as before.
 pub struct Pool {
     channels: Vec<Channel>,
+    h2: Vec<h2rpc::Channel>,
 }
 
 impl Pool {
@@ -191,7 +237,9 @@ impl Pool {
             .iter()
             .map(|e| resolve_endpoint(e))
             .collect::<Result<Vec<_>, _>>()?;
+        let lean = common.transport == Transport::H2;
         let mut channels = Vec::new();
+        let mut h2 = Vec::new();
         for i in 0..common.conns() {
             let addr = addrs[i % addrs.len()];
             let ep = Endpoint::from_shared(format!("http://{addr}"))
@@ -200,13 +248,18 @@ impl Pool {
                 .tcp_nodelay(true)
                 .initial_stream_window_size(Some(4 << 20))
                 .initial_connection_window_size(Some(16 << 20));
+            if lean {
+                h2.push(h2rpc::Channel::connect(addr, Duration::from_secs(5)).await?);
+                channels.push(ep.connect_lazy());
+                continue;
+            }
             let ch = tokio::time::timeout(Duration::from_secs(6), ep.connect())
                 .await
                 .map_err(|_| format!("connecting to {addr} timed out"))?
                 .map_err(|e| format!("cannot connect to {addr}: {e}"))?;
             channels.push(ch);
         }
-        Ok(Pool { channels })
+        Ok(Pool { channels, h2 })
     }
 
     /// Number of connections.
@@ -214,16 +267,28 @@ impl Pool {
         self.channels.len()
     }
 
-    /// The `i`-th connection (wrapping).
-    pub fn channel(&self, i: usize) -> Channel {
+    /// The `i`-th tonic connection (wrapping).
+    fn channel(&self, i: usize) -> Channel {
         self.channels[i % self.channels.len()].clone()
     }
 
-    /// A KV client on connection `i`, with no message size limits.
-    pub fn kv(&self, i: usize) -> KvClient<Channel> {
-        KvClient::new(self.channel(i))
-            .max_decoding_message_size(usize::MAX)
-            .max_encoding_message_size(usize::MAX)
+    /// A KV client on connection `i`, with no message size limits, over
+    /// the `--transport` in use.
+    pub fn kv(&self, i: usize) -> Kv {
+        if self.h2.is_empty() {
+            return Kv::Tonic(
+                KvClient::new(self.channel(i))
+                    .max_decoding_message_size(usize::MAX)
+                    .max_encoding_message_size(usize::MAX),
+            );
+        }
+        let ch = &self.h2[i % self.h2.len()];
+        Kv::H2(Box::new(LeanKv {
+            client: h2rpc::Client::new(ch),
+            put: ch.method("/etcdserverpb.KV/Put"),
+            range: ch.method("/etcdserverpb.KV/Range"),
+            txn: ch.method("/etcdserverpb.KV/Txn"),
+        }))
     }
 
     /// A Lease client on connection `i`.
@@ -236,6 +301,65 @@ impl Pool {
         WatchClient::new(self.channel(i))
             .max_decoding_message_size(usize::MAX)
             .max_encoding_message_size(usize::MAX)
+    }
+}
+
+/// A KV client as the workloads use it: the same `put`/`range`/`txn`
+/// signatures as tonic's generated `KvClient`, over either transport, so
+/// the workloads do not care which one `--transport` picked.
+///
+/// The tonic calls are boxed: their futures are about twice the size of
+/// the lean client's (1.5 KiB against 0.9), and unboxed they would make
+/// every call's future that big, to be moved into `call`'s timeout on every
+/// request whichever transport is in use.
+pub enum Kv {
+    /// tonic's generated client.
+    Tonic(KvClient<Channel>),
+    /// The lean client, with its method URIs built once (boxed: it holds
+    /// buffers and a header template, and is made once per client task).
+    H2(Box<LeanKv>),
+}
+
+/// The lean client's per-task state for the KV service.
+pub struct LeanKv {
+    client: h2rpc::Client,
+    put: http::Uri,
+    range: http::Uri,
+    txn: http::Uri,
+}
+
+impl Kv {
+    /// `KV/Put`.
+    pub async fn put(
+        &mut self,
+        request: impl tonic::IntoRequest<PutRequest>,
+    ) -> Result<tonic::Response<PutResponse>, tonic::Status> {
+        match self {
+            Kv::Tonic(c) => Box::pin(c.put(request)).await,
+            Kv::H2(l) => l.client.unary(&l.put, request).await,
+        }
+    }
+
+    /// `KV/Range`.
+    pub async fn range(
+        &mut self,
+        request: impl tonic::IntoRequest<RangeRequest>,
+    ) -> Result<tonic::Response<RangeResponse>, tonic::Status> {
+        match self {
+            Kv::Tonic(c) => Box::pin(c.range(request)).await,
+            Kv::H2(l) => l.client.unary(&l.range, request).await,
+        }
+    }
+
+    /// `KV/Txn`.
+    pub async fn txn(
+        &mut self,
+        request: impl tonic::IntoRequest<TxnRequest>,
+    ) -> Result<tonic::Response<TxnResponse>, tonic::Status> {
+        match self {
+            Kv::Tonic(c) => Box::pin(c.txn(request)).await,
+            Kv::H2(l) => l.client.unary(&l.txn, request).await,
+        }
     }
 }
 
@@ -658,10 +782,30 @@ pub fn prefix_end(prefix: &[u8]) -> Bytes {
 }
 
 /// `prefix` followed by `n` in decimal, zero-padded so the key is `size`
-/// bytes long when possible.
+/// bytes long when possible. Written by hand rather than with `format!`:
+/// it runs once per put, and the formatting machinery was a visible share
+/// of the client's CPU per op.
 pub fn padded_key(prefix: &str, n: u64, size: usize) -> Bytes {
-    let width = size.saturating_sub(prefix.len());
-    Bytes::from(format!("{prefix}{n:0width$}"))
+    let mut digits = [0u8; 20];
+    let mut start = digits.len();
+    let mut rest = n;
+    loop {
+        start -= 1;
+        digits[start] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    let digits = &digits[start..];
+    let zeros = size
+        .saturating_sub(prefix.len())
+        .saturating_sub(digits.len());
+    let mut key = Vec::with_capacity(prefix.len() + zeros + digits.len());
+    key.extend_from_slice(prefix.as_bytes());
+    key.resize(prefix.len() + zeros, b'0');
+    key.extend_from_slice(digits);
+    Bytes::from(key)
 }
 
 /// A value of exactly `size` bytes: `head`, then filler.
@@ -704,6 +848,18 @@ mod tests {
         assert_eq!(prefix_end(b"/a/"), Bytes::from_static(b"/a0"));
         assert_eq!(prefix_end(b"a\xff"), Bytes::from_static(b"b"));
         assert_eq!(padded_key("k", 42, 8).as_ref(), b"k0000042");
+        for (prefix, n, size) in [
+            ("/p/", 0, 10),
+            ("k", u64::MAX, 4),
+            ("", 7, 0),
+            ("ab", 123, 5),
+        ] {
+            let width = size - prefix.len().min(size);
+            assert_eq!(
+                padded_key(prefix, n, size).as_ref(),
+                format!("{prefix}{n:0width$}").as_bytes()
+            );
+        }
         assert_eq!(value_with("hi", 10).len(), 10);
         assert_eq!(value_with("hello", 3).as_ref(), b"hello");
     }

@@ -1,6 +1,7 @@
 //! `ephd-bench`: a load generator for any etcd v3 endpoint (ephd or stock
-//! etcd), speaking the wire protocol through raw tonic clients generated from
-//! ephd's protos (no etcd-client layer in the way).
+//! etcd), speaking the wire protocol with ephd's protos (no etcd-client
+//! layer in the way): unary KV calls through the lean HTTP/2 client in
+//! `h2rpc` (or tonic's, with `--transport tonic`), streams through tonic.
 //!
 //! Workloads are Kubernetes-shaped: plain puts, node-lease heartbeats (CAS
 //! updates with a checking watch), event churn (creates with shared leases),
@@ -13,6 +14,7 @@
 mod churn;
 mod common;
 mod fanout;
+mod h2rpc;
 mod heartbeat;
 mod ops;
 mod put;
@@ -24,6 +26,13 @@ use clap::{Parser, Subcommand};
 use common::Common;
 use std::process::ExitCode;
 use std::time::Duration;
+
+/// jemalloc, as in the server: every request allocates a little (h2 stream
+/// state, header maps, the decoded reply), and glibc's allocator was a
+/// visible share of the client's CPU per op.
+#[cfg(not(target_env = "msvc"))]
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -64,17 +73,24 @@ async fn run(cli: &Cli) -> Result<report::Report, String> {
     };
     r.label = c.label.clone();
     r.endpoints = c.endpoints.join(",");
+    r.transport = c.transport.name();
+    r.client_threads = c.threads();
     r.rate = c.rate;
     Ok(r)
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    // One thread by default: see `Common::threads`.
+    let threads = cli.common.threads();
+    let mut builder = if threads == 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(threads);
+        b
+    };
     builder.enable_all();
-    if let Some(n) = cli.common.threads {
-        builder.worker_threads(n.max(1));
-    }
     let rt = match builder.build() {
         Ok(rt) => rt,
         Err(e) => {

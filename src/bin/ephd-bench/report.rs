@@ -86,6 +86,12 @@ pub struct Report {
     pub clients: usize,
     /// Connections.
     pub conns: usize,
+    /// `--transport` of the KV requests ("h2" or "tonic"): the client's own
+    /// CPU per op depends on it.
+    pub transport: &'static str,
+    /// `--threads`: the client's runtime threads, which also move its CPU
+    /// per op.
+    pub client_threads: usize,
     /// Key size (bytes), when the workload has a fixed one.
     pub key_size: usize,
     /// Value size (bytes).
@@ -249,7 +255,7 @@ impl Report {
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "{} against {}{}: {} clients over {} conns, key {} B, value {} B, key space {}{}",
+            "{} against {}{}: {} clients over {} conns ({}, {} client thread{}), key {} B, value {} B, key space {}{}",
             self.workload,
             self.endpoints,
             self.label
@@ -258,6 +264,9 @@ impl Report {
                 .unwrap_or_default(),
             self.clients,
             self.conns,
+            self.transport,
+            self.client_threads,
+            if self.client_threads == 1 { "" } else { "s" },
             self.key_size,
             self.val_size,
             self.key_space,
