@@ -6,6 +6,12 @@
 //! part, so the store stays the size a running server keeps it at.
 
 use bytes::Bytes;
+
+/// The server's allocator, so allocation-heavy paths (new keys, lease
+/// revokes) cost here what they cost in `ephd`.
+#[cfg(not(target_env = "msvc"))]
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use ephd::mvcc::{
     Compare, CompareResult, CompareTarget, PutRequest, RangeRequest, RequestOp, Store, StoreConfig,

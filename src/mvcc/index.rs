@@ -101,7 +101,11 @@ impl Index {
         if let Ok(found) = table.find_entry(hash, |e| e.key.as_ref() == key) {
             found.remove();
         }
-        if table.capacity() > 64 && table.len() * 4 < table.capacity() {
+        // Give memory back only after a mass deletion. Shrinking as soon as a
+        // quarter is used made churn (events created, expired, compacted
+        // away, created again) rehash the table over and over, and each
+        // rehash reads every key through two pointers.
+        if table.capacity() > 1024 && table.len() * 16 < table.capacity() {
             table.shrink_to_fit(|e| self.hasher.hash_one(e.key.as_ref()));
         }
         drop(table);
