@@ -37,7 +37,7 @@ impl Lease for LeaseService {
     ) -> Result<Response<pb::LeaseRevokeResponse>, Status> {
         let id = req.into_inner().id;
         let Shared { store, info, .. } = &self.0;
-        let rev = store.lease_revoke(id).map_err(status)?;
+        let rev = store.lease_revoke_async(id).await.map_err(status)?;
         self.0.metrics.lease_revoked.inc();
         Ok(Response::new(pb::LeaseRevokeResponse {
             header: info.header(rev),

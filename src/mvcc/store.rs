@@ -408,9 +408,18 @@ impl Store {
 
     /// Revokes a lease: every key still attached to it is deleted at one
     /// revision, in key order, with DELETE events. Returns the revision after.
+    /// Waits for the revision on the calling thread, like [`Store::txn`].
     pub fn lease_revoke(&self, id: i64) -> Result<i64> {
-        let keys = self.lessor.take_for_revoke(id)?;
-        Ok(self.delete_keys_of_lease(id, keys))
+        let rev = self.revoke_unpublished(id)?;
+        self.wait_visible(rev);
+        Ok(rev)
+    }
+
+    /// [`Store::lease_revoke`] for async callers (see [`Store::txn_async`]).
+    pub async fn lease_revoke_async(&self, id: i64) -> Result<i64> {
+        let rev = self.revoke_unpublished(id)?;
+        self.visible(rev).await;
+        Ok(rev)
     }
 
     /// TTL information of one lease.

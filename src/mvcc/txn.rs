@@ -722,14 +722,17 @@ impl Store {
         kv
     }
 
-    /// Deletes the keys still attached to a revoked lease at one revision.
-    pub(crate) fn delete_keys_of_lease(&self, lease: i64, keys: Vec<Bytes>) -> i64 {
+    /// Revokes a lease and deletes the keys still attached to it at one
+    /// revision. Returns the revision the caller must wait to be visible
+    /// before it answers (see [`Store::lease_revoke`]).
+    pub(crate) fn revoke_unpublished(&self, lease: i64) -> Result<i64> {
+        let keys = self.lessor().take_for_revoke(lease)?;
         let rev = {
             let _shared = self.mode.read();
             if self.check_running().is_err() {
                 // Shutting down: the lease is gone from memory; its keys stay
                 // in the final snapshot and expire after the restart.
-                return self.current_revision();
+                return Ok(self.current_revision());
             }
             let entries: Vec<EntryRef> = keys.iter().map(|k| self.entry_for(k)).collect();
             let mut access = Access::lock(&entries);
@@ -767,7 +770,6 @@ impl Store {
                 rev
             }
         };
-        self.wait_visible(rev);
-        rev
+        Ok(rev)
     }
 }
