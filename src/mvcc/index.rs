@@ -180,4 +180,27 @@ mod tests {
         });
         assert_eq!(count, 250);
     }
+
+    /// Removing almost every key shrinks the hash shards (a rehash): every
+    /// key left must still be found, and removed ones must stay gone.
+    #[test]
+    fn lookups_survive_a_shrink_after_mass_removal() {
+        let index = Index::default();
+        let key = |i: u32| format!("/registry/events/ns/e{i:06}").into_bytes();
+        for i in 0..200_000 {
+            index.get_or_insert(&key(i));
+        }
+        for i in (0..200_000).filter(|i| i % 100 != 0) {
+            index.remove(&key(i));
+        }
+        assert_eq!(index.len(), 2_000);
+        for i in 0..200_000 {
+            assert_eq!(index.get(&key(i)).is_some(), i % 100 == 0, "key {i}");
+        }
+        let total: usize = index.shards.iter().map(|s| s.read().capacity()).sum();
+        assert!(
+            total < 200_000,
+            "the shards gave memory back: capacity {total}"
+        );
+    }
 }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{
-    Client, Compare, CompareOp, GetOptions, Txn, TxnOp, TxnOpResponse, WatchOptions,
+    Client, Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse, WatchOptions,
 };
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
@@ -329,6 +329,85 @@ async fn a_write_is_readable_everywhere_once_answered() {
     }
     within_for(PHASE, "writers", async {
         while let Some(res) = tasks.join_next().await {
+            res.expect("writer did not panic");
+        }
+    })
+    .await;
+}
+
+/// The same for LeaseRevoke: once a revoke is answered, the keys it deleted
+/// are gone on every other connection, while other writers keep revisions in
+/// flight.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_revoke_is_visible_everywhere_once_answered() {
+    const TASKS: usize = 6;
+    const ROUNDS: usize = 100;
+    let server = TestServer::start();
+    let conns = clients(&server.endpoint(), 4).await;
+    // Plain writers keep revisions in flight the whole time.
+    let done = Arc::new(AtomicBool::new(false));
+    let mut noise = JoinSet::new();
+    for n in 0..4 {
+        let mut c = conns[n % conns.len()].clone();
+        let done = done.clone();
+        noise.spawn(async move {
+            let mut i = 0u64;
+            while !done.load(Ordering::Acquire) {
+                within(
+                    "noise put",
+                    c.put(format!("noise/{n}/{}", i % 64), "v", None),
+                )
+                .await
+                .expect("put succeeds");
+                i += 1;
+            }
+        });
+    }
+    let mut tasks = JoinSet::new();
+    for t in 0..TASKS {
+        let mut writer = conns[t % conns.len()].clone();
+        let mut reader = conns[(t + 1) % conns.len()].clone();
+        tasks.spawn(async move {
+            for i in 0..ROUNDS {
+                let key = format!("ryw-revoke/{t}/{i:03}");
+                let lease = within("grant", writer.lease_grant(60, None))
+                    .await
+                    .expect("grant succeeds")
+                    .id();
+                within(
+                    "put",
+                    writer.put(key.as_str(), "v", Some(PutOptions::new().with_lease(lease))),
+                )
+                .await
+                .expect("put succeeds");
+                let revoked = within("revoke", writer.lease_revoke(lease))
+                    .await
+                    .expect("revoke succeeds");
+                let revoked = rev(revoked.header());
+                let got = within("get", reader.get(key.as_str(), None))
+                    .await
+                    .expect("get succeeds");
+                assert!(
+                    rev(got.header()) >= revoked,
+                    "a read after the revoke's answer is at revision {} < {revoked}",
+                    rev(got.header())
+                );
+                assert!(
+                    got.kvs().is_empty(),
+                    "{key} outlived its revoked lease on another connection"
+                );
+            }
+        });
+    }
+    within_for(PHASE, "revokers", async {
+        while let Some(res) = tasks.join_next().await {
+            res.expect("revoker did not panic");
+        }
+    })
+    .await;
+    done.store(true, Ordering::Release);
+    within_for(PHASE, "plain writers", async {
+        while let Some(res) = noise.join_next().await {
             res.expect("writer did not panic");
         }
     })
