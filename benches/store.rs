@@ -283,7 +283,7 @@ fn bench_lease(c: &mut Criterion) {
         if round.is_multiple_of(64) {
             let _ = store.compact(store.current_revision());
         }
-        let (id, _) = store.lease_grant(0, 3600).expect("grant");
+        let id = store.lease_grant(0, 3600).expect("grant").id;
         for i in 0..1000 {
             put(
                 store,

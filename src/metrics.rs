@@ -178,7 +178,7 @@ impl Metrics {
         self.keys.set(stats.live_keys.load(Ordering::Relaxed));
         self.current_rev.set(store.current_revision());
         self.compact_rev.set(store.compacted_revision().max(0));
-        self.leases.set(store.lessor().len() as i64);
+        self.leases.set(store.lease_count() as i64);
         let mut buf = Vec::new();
         let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);
         String::from_utf8(buf).unwrap_or_default()

@@ -1,4 +1,5 @@
-//! The Lease service. Keep-alives refresh leases in memory only.
+//! The Lease service: converts between the wire and the store's lease
+//! entry point (`mvcc/leases.rs`), where every lease rule lives.
 
 use super::{status, Shared};
 use crate::proto::etcdserverpb::{self as pb, lease_server::Lease};
@@ -21,12 +22,12 @@ impl Lease for LeaseService {
     ) -> Result<Response<pb::LeaseGrantResponse>, Status> {
         let req = req.into_inner();
         let Shared { store, info, .. } = &self.0;
-        let (id, ttl) = store.lease_grant(req.id, req.ttl).map_err(status)?;
+        let granted = store.lease_grant(req.id, req.ttl).map_err(status)?;
         self.0.metrics.lease_granted.inc();
         Ok(Response::new(pb::LeaseGrantResponse {
-            header: info.header(store.current_revision()),
-            id,
-            ttl,
+            header: info.header(granted.revision),
+            id: granted.id,
+            ttl: granted.ttl,
             error: String::new(),
         }))
     }
@@ -66,13 +67,12 @@ impl Lease for LeaseService {
                         return;
                     }
                 };
-                // etcd answers an unknown (or just expired) lease with TTL 0.
-                let ttl = shared.store.lessor().renew(req.id).unwrap_or(0);
+                let renewed = shared.store.lease_keep_alive(req.id);
                 shared.metrics.lease_renewed.inc();
                 let resp = pb::LeaseKeepAliveResponse {
-                    header: shared.info.header(shared.store.current_revision()),
-                    id: req.id,
-                    ttl,
+                    header: shared.info.header(renewed.revision),
+                    id: renewed.id,
+                    ttl: renewed.ttl,
                 };
                 if tx.send(Ok(resp)).await.is_err() {
                     return;
@@ -88,25 +88,14 @@ impl Lease for LeaseService {
     ) -> Result<Response<pb::LeaseTimeToLiveResponse>, Status> {
         let req = req.into_inner();
         let Shared { store, info, .. } = &self.0;
-        let header = info.header(store.current_revision());
-        // etcd reports an unknown lease with TTL -1 rather than an error.
-        let resp = match store.lease_time_to_live(req.id, req.keys) {
-            Some(l) => pb::LeaseTimeToLiveResponse {
-                header,
-                id: l.id,
-                ttl: l.remaining_ttl,
-                granted_ttl: l.granted_ttl,
-                keys: l.keys,
-            },
-            None => pb::LeaseTimeToLiveResponse {
-                header,
-                id: req.id,
-                ttl: -1,
-                granted_ttl: 0,
-                keys: Vec::new(),
-            },
-        };
-        Ok(Response::new(resp))
+        let l = store.lease_time_to_live(req.id, req.keys);
+        Ok(Response::new(pb::LeaseTimeToLiveResponse {
+            header: info.header(l.revision),
+            id: l.id,
+            ttl: l.ttl,
+            granted_ttl: l.granted_ttl,
+            keys: l.keys,
+        }))
     }
 
     async fn lease_leases(
@@ -114,15 +103,14 @@ impl Lease for LeaseService {
         _req: Request<pb::LeaseLeasesRequest>,
     ) -> Result<Response<pb::LeaseLeasesResponse>, Status> {
         let Shared { store, info, .. } = &self.0;
-        let leases = store
-            .lessor()
-            .all(false)
-            .into_iter()
-            .map(|l| pb::LeaseStatus { id: l.id })
-            .collect();
+        let all = store.lease_leases();
         Ok(Response::new(pb::LeaseLeasesResponse {
-            header: info.header(store.current_revision()),
-            leases,
+            header: info.header(all.revision),
+            leases: all
+                .ids
+                .into_iter()
+                .map(|id| pb::LeaseStatus { id })
+                .collect(),
         }))
     }
 }

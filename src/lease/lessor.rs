@@ -3,6 +3,7 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
 /// etcd's largest allowed TTL, in seconds.
@@ -42,24 +43,41 @@ pub struct LeaseInfo {
     pub keys: Vec<Bytes>,
 }
 
+/// A lease as a snapshot restores it: the remaining time already reduced by
+/// the downtime. Defined here, below the store and persistence, so that
+/// both can name it without depending on each other.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RestoredLease {
+    /// Lease ID.
+    pub id: i64,
+    /// Granted TTL in seconds.
+    pub ttl: i64,
+    /// Time left (zero if it expired while ephd was down).
+    pub remaining: Duration,
+}
+
 struct Lease {
     ttl: i64,
-    expiry: Instant,
     keys: HashSet<Bytes>,
+    /// When the lease expires; `None` until the clock's owner arms it.
+    deadline: Option<Instant>,
 }
 
 struct Inner {
     leases: HashMap<i64, Lease>,
-    // Min-heap of (expiry, id); entries go stale on refresh/revoke and are
+    // Min-heap of (deadline, id); entries go stale on refresh/revoke and are
     // checked against the map when popped.
-    expiries: BinaryHeap<Reverse<(Instant, i64)>>,
-    next_id: i64,
+    deadlines: BinaryHeap<Reverse<(Instant, i64)>>,
+    // Leases created by the apply path and not yet armed.
+    unarmed: Vec<i64>,
 }
 
 /// Owner of all leases; see the module docs.
 pub struct Lessor {
     config: LessorConfig,
     inner: Mutex<Inner>,
+    has_unarmed: AtomicBool,
+    next_id: AtomicI64,
 }
 
 impl Lessor {
@@ -72,9 +90,11 @@ impl Lessor {
             config,
             inner: Mutex::new(Inner {
                 leases: HashMap::new(),
-                expiries: BinaryHeap::new(),
-                next_id: base,
+                deadlines: BinaryHeap::new(),
+                unarmed: Vec::new(),
             }),
+            has_unarmed: AtomicBool::new(false),
+            next_id: AtomicI64::new(base),
         }
     }
 
@@ -83,43 +103,50 @@ impl Lessor {
         &self.config
     }
 
-    fn effective_ttl(&self, ttl: i64) -> Result<i64> {
+    // ------------------------------------------------- the caller's choices
+
+    /// A positive lease ID no lease has now, for a grant that let the server
+    /// choose. Called before the grant is applied: the apply path itself
+    /// never chooses IDs.
+    pub fn choose_id(&self) -> i64 {
+        let inner = self.inner.lock();
+        loop {
+            let candidate = self.next_id.fetch_add(1, Ordering::Relaxed) & i64::MAX;
+            if candidate != 0 && !inner.leases.contains_key(&candidate) {
+                return candidate;
+            }
+        }
+    }
+
+    // --------------------------------- the apply path: deterministic, no clock
+
+    /// Grants lease `id` (chosen by the caller) with etcd's TTL rules.
+    /// Returns the effective TTL. The lease does not count down until it is
+    /// armed ([`Lessor::arm_new`]).
+    pub fn grant(&self, id: i64, ttl: i64) -> Result<i64> {
         if ttl > MAX_LEASE_TTL {
             return Err(Error::LeaseTtlTooLarge);
         }
-        Ok(ttl.max(self.config.min_ttl))
-    }
-
-    /// Grants a lease. `id == 0` lets the server choose a positive ID.
-    /// Returns the ID and the effective TTL.
-    pub fn grant(&self, id: i64, ttl: i64) -> Result<(i64, i64)> {
-        let ttl = self.effective_ttl(ttl)?;
+        let ttl = ttl.max(self.config.min_ttl);
         let mut inner = self.inner.lock();
-        let id = if id == 0 {
-            loop {
-                let candidate = inner.next_id & i64::MAX;
-                inner.next_id = inner.next_id.wrapping_add(1);
-                if candidate != 0 && !inner.leases.contains_key(&candidate) {
-                    break candidate;
-                }
-            }
-        } else {
-            if inner.leases.contains_key(&id) {
-                return Err(Error::LeaseExist);
-            }
-            id
-        };
-        insert_lease(&mut inner, id, ttl, Instant::now() + secs(ttl));
-        Ok((id, ttl))
-    }
-
-    /// Restores a lease with a known remaining time (persistence).
-    pub fn restore(&self, id: i64, ttl: i64, remaining: Duration, keys: Vec<Bytes>) {
-        let mut inner = self.inner.lock();
-        insert_lease(&mut inner, id, ttl, Instant::now() + remaining);
-        if let Some(lease) = inner.leases.get_mut(&id) {
-            lease.keys.extend(keys);
+        if inner.leases.contains_key(&id) {
+            return Err(Error::LeaseExist);
         }
+        self.insert_unarmed(&mut inner, id, ttl);
+        Ok(ttl)
+    }
+
+    fn insert_unarmed(&self, inner: &mut Inner, id: i64, ttl: i64) {
+        inner.leases.insert(
+            id,
+            Lease {
+                ttl,
+                keys: HashSet::new(),
+                deadline: None,
+            },
+        );
+        inner.unarmed.push(id);
+        self.has_unarmed.store(true, Ordering::Release);
     }
 
     /// Whether a lease is currently granted.
@@ -141,7 +168,7 @@ impl Lessor {
                 match self.config.adopt_unknown_ttl {
                     Some(ttl) => {
                         let ttl = ttl.clamp(self.config.min_ttl, MAX_LEASE_TTL);
-                        insert_lease(&mut inner, *id, ttl, Instant::now() + secs(ttl));
+                        self.insert_unarmed(&mut inner, *id, ttl);
                         tracing::info!(lease = id, ttl, "adopted unknown lease ID");
                     }
                     None => return Err(Error::LeaseNotFound),
@@ -177,32 +204,69 @@ impl Lessor {
         Ok(keys)
     }
 
-    /// Refreshes a lease in memory. Returns its TTL, or `None` if unknown.
-    pub fn renew(&self, id: i64) -> Option<i64> {
+    // ------------------------------------------- the clock's owner: timers
+
+    /// Starts the countdown of every lease granted or adopted since the
+    /// last call: each expires `ttl` seconds after `now`. Cheap when there
+    /// is nothing to arm.
+    pub fn arm_new(&self, now: Instant) {
+        if !self.has_unarmed.load(Ordering::Acquire) {
+            return;
+        }
         let mut inner = self.inner.lock();
-        let now = Instant::now();
+        self.has_unarmed.store(false, Ordering::Release);
+        let ids = std::mem::take(&mut inner.unarmed);
+        for id in ids {
+            if let Some(lease) = inner.leases.get_mut(&id) {
+                if lease.deadline.is_none() {
+                    let deadline = now + secs(lease.ttl);
+                    lease.deadline = Some(deadline);
+                    inner.deadlines.push(Reverse((deadline, id)));
+                }
+            }
+        }
+    }
+
+    /// Restores a lease with a known remaining time (persistence).
+    pub fn restore(&self, id: i64, ttl: i64, remaining: Duration, keys: Vec<Bytes>, now: Instant) {
+        let mut inner = self.inner.lock();
+        let deadline = now + remaining;
+        inner.leases.insert(
+            id,
+            Lease {
+                ttl,
+                keys: keys.into_iter().collect(),
+                deadline: Some(deadline),
+            },
+        );
+        inner.deadlines.push(Reverse((deadline, id)));
+    }
+
+    /// Refreshes a lease in memory at `now`. Returns its TTL, or `None` if
+    /// unknown or already expired (waiting to be revoked).
+    pub fn renew(&self, id: i64, now: Instant) -> Option<i64> {
+        let mut inner = self.inner.lock();
         let lease = inner.leases.get_mut(&id)?;
-        if lease.expiry <= now {
-            return None; // expired, waiting to be revoked
+        if lease.deadline.is_some_and(|d| d <= now) {
+            return None;
         }
         let ttl = lease.ttl;
-        let expiry = now + secs(ttl);
-        lease.expiry = expiry;
-        inner.expiries.push(Reverse((expiry, id)));
+        let deadline = now + secs(ttl);
+        lease.deadline = Some(deadline);
+        inner.deadlines.push(Reverse((deadline, id)));
         maybe_rebuild_heap(&mut inner);
         Some(ttl)
     }
 
-    /// TTL information about one lease, or `None` if unknown.
-    pub fn info(&self, id: i64, with_keys: bool) -> Option<LeaseInfo> {
+    /// TTL information about one lease at `now`, or `None` if unknown.
+    pub fn info(&self, id: i64, with_keys: bool, now: Instant) -> Option<LeaseInfo> {
         let inner = self.inner.lock();
         let lease = inner.leases.get(&id)?;
-        Some(lease_info(id, lease, with_keys, Instant::now()))
+        Some(lease_info(id, lease, with_keys, now))
     }
 
-    /// Every lease, for listing and persistence, ordered by ID.
-    pub fn all(&self, with_keys: bool) -> Vec<LeaseInfo> {
-        let now = Instant::now();
+    /// Every lease at `now`, for listing and persistence, ordered by ID.
+    pub fn all(&self, with_keys: bool, now: Instant) -> Vec<LeaseInfo> {
         let inner = self.inner.lock();
         let mut all: Vec<LeaseInfo> = inner
             .leases
@@ -223,31 +287,29 @@ impl Lessor {
         self.len() == 0
     }
 
-    /// IDs of leases whose expiry is at or before `now`, at most `max` of
+    /// IDs of leases whose deadline is at or before `now`, at most `max` of
     /// them. They stay granted until the store revokes them.
     pub fn expired(&self, now: Instant, max: usize) -> Vec<i64> {
         let mut inner = self.inner.lock();
         let mut out = Vec::new();
         while out.len() < max {
-            let Some(Reverse((at, id))) = inner.expiries.peek().copied() else {
+            let Some(Reverse((at, id))) = inner.deadlines.peek().copied() else {
                 break;
             };
             if at > now {
                 break;
             }
-            inner.expiries.pop();
+            inner.deadlines.pop();
             // Stale entries (refreshed or revoked since) are skipped.
-            if inner.leases.get(&id).is_some_and(|l| l.expiry == at) {
+            if inner
+                .leases
+                .get(&id)
+                .is_some_and(|l| l.deadline == Some(at))
+            {
                 out.push(id);
             }
         }
         out
-    }
-
-    /// When the next lease expires, if any lease exists.
-    pub fn next_expiry(&self) -> Option<Instant> {
-        let inner = self.inner.lock();
-        inner.expiries.peek().map(|Reverse((at, _))| *at)
     }
 }
 
@@ -255,31 +317,22 @@ fn secs(ttl: i64) -> Duration {
     Duration::from_secs(ttl.max(0) as u64)
 }
 
-fn insert_lease(inner: &mut Inner, id: i64, ttl: i64, expiry: Instant) {
-    inner.leases.insert(
-        id,
-        Lease {
-            ttl,
-            expiry,
-            keys: HashSet::new(),
-        },
-    );
-    inner.expiries.push(Reverse((expiry, id)));
-}
-
 fn maybe_rebuild_heap(inner: &mut Inner) {
-    if inner.expiries.len() > 2 * inner.leases.len() + 1024 {
+    if inner.deadlines.len() > 2 * inner.leases.len() + 1024 {
         let fresh: BinaryHeap<_> = inner
             .leases
             .iter()
-            .map(|(id, l)| Reverse((l.expiry, *id)))
+            .filter_map(|(id, l)| l.deadline.map(|d| Reverse((d, *id))))
             .collect();
-        inner.expiries = fresh;
+        inner.deadlines = fresh;
     }
 }
 
 fn lease_info(id: i64, lease: &Lease, with_keys: bool, now: Instant) -> LeaseInfo {
-    let remaining = lease.expiry.saturating_duration_since(now);
+    // A lease not armed yet has its whole TTL left.
+    let remaining = lease
+        .deadline
+        .map_or(secs(lease.ttl), |d| d.saturating_duration_since(now));
     let mut keys: Vec<Bytes> = if with_keys {
         lease.keys.iter().cloned().collect()
     } else {
@@ -302,16 +355,18 @@ mod tests {
     #[test]
     fn grant_applies_minimum_and_rejects_duplicates() {
         let l = Lessor::new(LessorConfig::default());
-        assert_eq!(l.grant(7, 1).unwrap(), (7, 2));
+        assert_eq!(l.grant(7, 1), Ok(2));
         assert_eq!(l.grant(7, 10), Err(Error::LeaseExist));
         assert_eq!(l.grant(8, MAX_LEASE_TTL + 1), Err(Error::LeaseTtlTooLarge));
-        let (id, ttl) = l.grant(0, 30).unwrap();
-        assert!(id > 0);
-        assert_eq!(ttl, 30);
+        assert_eq!(l.grant(8, MAX_LEASE_TTL), Ok(MAX_LEASE_TTL));
+        let id = l.choose_id();
+        assert!(id > 0 && id != 7 && id != 8);
+        assert_ne!(l.choose_id(), id, "chosen IDs do not repeat");
     }
 
     #[test]
     fn attach_requires_existing_lease_unless_adopting() {
+        let now = Instant::now();
         let l = Lessor::new(LessorConfig::default());
         assert_eq!(
             l.attach_all(&[(5, Bytes::from_static(b"k"))]),
@@ -322,21 +377,66 @@ mod tests {
             ..Default::default()
         });
         adopt.attach_all(&[(5, Bytes::from_static(b"k"))]).unwrap();
-        let info = adopt.info(5, true).unwrap();
+        let info = adopt.info(5, true, now).unwrap();
         assert_eq!(info.granted_ttl, 60);
         assert_eq!(info.keys, vec![Bytes::from_static(b"k")]);
+        // An adopted lease counts down once armed, like a granted one.
+        adopt.arm_new(now);
+        assert_eq!(adopt.expired(now + Duration::from_secs(61), 10), vec![5]);
     }
 
     #[test]
-    fn expired_returns_only_due_leases() {
+    fn leases_count_down_only_once_armed() {
+        let t0 = Instant::now();
         let l = Lessor::new(LessorConfig::default());
         l.grant(1, 2).unwrap();
         l.grant(2, 100).unwrap();
-        assert!(l.expired(Instant::now(), 10).is_empty());
-        let later = Instant::now() + Duration::from_secs(3);
-        assert_eq!(l.expired(later, 10), vec![1]);
+        let much_later = t0 + Duration::from_secs(1_000);
+        assert!(
+            l.expired(much_later, 10).is_empty(),
+            "unarmed leases never expire"
+        );
+        assert_eq!(l.info(1, false, much_later).unwrap().remaining_ttl, 2);
+        l.arm_new(t0);
+        assert!(l.expired(t0, 10).is_empty());
+        let t3 = t0 + Duration::from_secs(3);
+        assert_eq!(
+            l.info(1, false, t0 + Duration::from_millis(500))
+                .unwrap()
+                .remaining_ttl,
+            1
+        );
+        assert_eq!(l.expired(t3, 10), vec![1]);
         // A renewed lease is not reported by its stale heap entry.
-        assert_eq!(l.renew(2), Some(100));
-        assert!(l.expired(Instant::now(), 10).is_empty());
+        assert_eq!(l.renew(2, t3), Some(100));
+        assert!(l.expired(t0 + Duration::from_secs(101), 10).is_empty());
+        assert_eq!(l.expired(t3 + Duration::from_secs(100), 10), vec![2]);
+    }
+
+    #[test]
+    fn renew_answers_none_for_unknown_and_expired_leases() {
+        let t0 = Instant::now();
+        let l = Lessor::new(LessorConfig::default());
+        assert_eq!(l.renew(9, t0), None);
+        l.grant(9, 5).unwrap();
+        assert_eq!(l.renew(9, t0), Some(5), "renewing arms an unarmed lease");
+        assert_eq!(
+            l.renew(9, t0 + Duration::from_secs(5)),
+            None,
+            "expired, awaiting revoke"
+        );
+        assert_eq!(l.take_for_revoke(9), Ok(vec![]));
+        assert_eq!(l.take_for_revoke(9), Err(Error::LeaseNotFound));
+    }
+
+    #[test]
+    fn revoke_returns_attached_keys_sorted_without_detached_ones() {
+        let l = Lessor::new(LessorConfig::default());
+        l.grant(3, 10).unwrap();
+        let k = |s: &'static str| Bytes::from_static(s.as_bytes());
+        l.attach_all(&[(3, k("b")), (3, k("a")), (3, k("c"))])
+            .unwrap();
+        l.detach(3, &k("c"));
+        assert_eq!(l.take_for_revoke(3), Ok(vec![k("a"), k("b")]));
     }
 }

@@ -3,9 +3,9 @@
 //!
 //! Kubernetes writes and reads single keys far more often than it lists, and
 //! a skip-list search over a large key space costs a cache miss per level
-//! (about 17% of the server's CPU on the put workload before this index
-//! existed). So each key's history lives in one shared [`KeyEntry`], reachable
-//! two ways:
+//! (the skip-list search was a large share of the put profile before this
+//! index existed; BENCHMARKS.md has the profile). So each key's history
+//! lives in one shared [`KeyEntry`], reachable two ways:
 //! * a lock-free ordered skip list (crossbeam), for ranges and inserts;
 //! * a sharded hash table, for point lookups, where a hit needs one hash and
 //!   a couple of cache lines.
@@ -22,7 +22,7 @@ use std::hash::BuildHasher;
 use std::ops::Bound;
 use std::sync::Arc;
 
-use super::store::History;
+use super::history::History;
 
 /// Number of hash shards: enough that writers on two cores rarely meet on a
 /// shard lock, few enough that empty shards cost nothing noticeable.

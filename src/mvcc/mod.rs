@@ -1,16 +1,53 @@
 //! The multi-version key-value store: one global revision, history per key,
-//! Range/Put/DeleteRange/Txn/Compact with etcd's exact semantics.
+//! Range/Put/DeleteRange/Txn/Compact and leases with etcd's exact semantics.
+//! Nothing here knows about gRPC.
 //!
-//! See [`Store`] for the concurrency design. Nothing here knows about gRPC.
+//! # Layers
+//! Dependencies run one way, from the bottom up:
+//! ```text
+//! types, entry        plain request/response data; Entry/Applied
+//! history             one key's versions: visibility, pruning
+//! index               every key's history, ordered and hashed
+//! log, sequencer      the change log; revisions allocated and published in order
+//! stats               size and apply counters
+//! validate, compare   stateless request checks; compares and branch paths
+//! range, gosort       Range evaluation (filters, sort, limit) over a KvSource
+//! view, locks         the locked read view; the write lock plan and write view
+//! store               the Store: its parts and who may touch them when
+//! write, read,        the operations on a Store, one concern each
+//!   compact, restore
+//! apply               the one write path: every mutation is an Entry
+//! leases              every lease rule, through the apply path
+//! ```
+//! See [`Store`] (`store.rs`) for the concurrency design and `apply.rs` for
+//! the write path a replicated log will call.
 
+mod apply;
+mod compact;
+mod compare;
+mod entry;
 mod gosort;
+mod history;
 mod index;
+mod leases;
+mod locks;
 mod log;
 pub mod range;
+mod read;
+mod restore;
+mod sequencer;
+mod stats;
 mod store;
-mod txn;
 mod types;
+mod validate;
+mod view;
+mod write;
 
+#[cfg(test)]
+mod tests;
+
+pub use entry::{Applied, Entry};
 pub use log::{EventLog, LoggedEvent};
-pub use store::{Stats, Store, StoreConfig};
+pub use stats::Stats;
+pub use store::{Store, StoreConfig};
 pub use types::*;

@@ -276,3 +276,49 @@ pub struct TxnResponse {
     /// One response per op of the branch that ran.
     pub responses: Vec<ResponseOp>,
 }
+
+/// Response to a LeaseGrant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseGrantResponse {
+    /// The header revision.
+    pub revision: i64,
+    /// The granted lease ID.
+    pub id: i64,
+    /// The effective TTL in seconds.
+    pub ttl: i64,
+}
+
+/// Response to one LeaseKeepAlive request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseKeepAliveResponse {
+    /// The header revision, read before the refresh, as etcd does.
+    pub revision: i64,
+    /// The lease ID asked about.
+    pub id: i64,
+    /// The lease's TTL, or 0 when it is unknown or already expired.
+    pub ttl: i64,
+}
+
+/// Response to a LeaseTimeToLive.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseTimeToLiveResponse {
+    /// The header revision.
+    pub revision: i64,
+    /// The lease ID asked about.
+    pub id: i64,
+    /// Whole seconds left, or -1 when the lease is unknown.
+    pub ttl: i64,
+    /// The TTL it was granted with, 0 when unknown.
+    pub granted_ttl: i64,
+    /// Attached keys, sorted, when asked for.
+    pub keys: Vec<Bytes>,
+}
+
+/// Response to a LeaseLeases.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseLeasesResponse {
+    /// The header revision.
+    pub revision: i64,
+    /// Every granted lease ID, ascending.
+    pub ids: Vec<i64>,
+}

@@ -13,7 +13,7 @@
 //! file cut short, ends the read at the last good record with a warning;
 //! startup never panics on a bad file.
 
-use crate::lease::LeaseInfo;
+use crate::lease::{LeaseInfo, RestoredLease};
 use crate::mvcc::{KeyValue, Kv};
 use crate::proto::mvccpb;
 use prost::Message;
@@ -54,17 +54,6 @@ struct LeaseRecord {
 struct End {
     #[prost(uint64, tag = "1")]
     records: u64,
-}
-
-/// A lease as restored: remaining time already reduced by the downtime.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RestoredLease {
-    /// Lease ID.
-    pub id: i64,
-    /// Granted TTL in seconds.
-    pub ttl: i64,
-    /// Time left (zero if it expired while ephd was down).
-    pub remaining: Duration,
 }
 
 /// What a snapshot held.

@@ -1,25 +1,30 @@
-//! Wiring: restore, the store, the gRPC services, listeners, background
-//! tasks (lease expiry, snapshots) and graceful shutdown.
+//! Wiring: the store, the gRPC services, listeners, TLS and graceful
+//! shutdown. What happens before serving is in `bootstrap.rs`; the
+//! background tasks (lease expiry, auto-compaction, snapshots) in `tasks.rs`.
+
+mod bootstrap;
+mod tasks;
+
+use bootstrap::build_store;
+pub use bootstrap::{start_revision, COMPACT_REV_KEY};
+use tasks::{auto_compact, expire_leases, snapshot_loop, write_snapshot};
 
 use crate::api::{
     AuthService, ClusterService, KvService, LeaseService, MaintenanceService, ServerInfo, Shared,
     WatchService,
 };
 use crate::config::{listen_addr, AutoCompaction, Config};
-use crate::lease::LessorConfig;
 use crate::metrics::Metrics;
-use crate::mvcc::{PutRequest, RangeRequest, Store, StoreConfig};
-use crate::persist;
+use crate::mvcc::Store;
 use crate::proto::etcdserverpb::{
     auth_server::AuthServer, cluster_server::ClusterServer, kv_server::KvServer,
     lease_server::LeaseServer, maintenance_server::MaintenanceServer, watch_server::WatchServer,
 };
-use bytes::Bytes;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_stream::wrappers::TcpListenerStream;
@@ -27,35 +32,8 @@ use tokio_stream::StreamExt;
 
 /// gRPC framing overhead etcd allows on top of `--max-request-bytes`.
 const GRPC_OVERHEAD_BYTES: usize = 512 * 1024;
-/// How often lease expiry is checked.
-const EXPIRY_TICK: Duration = Duration::from_millis(100);
-/// Leases revoked per tick at most (1,000/s, etcd's revoke rate), so an
-/// expiry storm cannot starve other requests.
-const REVOKES_PER_TICK: usize = 100;
-/// Revisions a restored high-water mark is bumped by: covers writes made
-/// after the last periodic snapshot before a crash.
-const RESTORE_MARGIN: i64 = 10_000_000;
-/// Revisions per millisecond of wall clock in the derived start revision: a
-/// previous run would need to average more than a million writes per second
-/// to have issued a revision above the next run's start.
-const REVISIONS_PER_MS: i64 = 1_000;
-/// The key kube-apiserver's compactor coordinates through.
-pub const COMPACT_REV_KEY: &str = "compact_rev_key";
 /// How long shutdown waits for in-flight requests.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
-
-/// The revision a fresh store starts at; see `--revision-continuity`.
-pub fn start_revision(continuity: bool, restored: Option<i64>) -> i64 {
-    let restored = restored.unwrap_or(0);
-    if !continuity {
-        return restored.max(1);
-    }
-    let wall_ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0);
-    (wall_ms.saturating_mul(REVISIONS_PER_MS)).max(restored.saturating_add(RESTORE_MARGIN))
-}
 
 /// A bound, not yet running server.
 pub struct Server {
@@ -112,62 +90,6 @@ fn tls_config(config: &Config) -> Result<tonic::transport::ServerTlsConfig, Stri
         return Err("--client-cert-auth needs --trusted-ca-file".to_string());
     }
     Ok(tls)
-}
-
-/// Builds the store: restores the snapshot if there is one, picks the start
-/// revision, and creates `compact_rev_key` when revisions continue.
-fn build_store(config: &Config) -> Result<Store, String> {
-    let restored = match &config.data_dir {
-        Some(dir) => persist::read(dir)
-            .map_err(|e| format!("cannot read snapshot in {}: {e}", dir.display()))?,
-        None => None,
-    };
-    let start = start_revision(
-        config.revision_continuity,
-        restored.as_ref().map(|r| r.revision),
-    );
-    let adopt = (config.lease_adopt_unknown_ttl > 0).then_some(config.lease_adopt_unknown_ttl);
-    let store = Store::new(StoreConfig {
-        max_txn_ops: config.max_txn_ops,
-        initial_revision: start,
-        lessor: LessorConfig {
-            adopt_unknown_ttl: adopt,
-            ..LessorConfig::default()
-        },
-    });
-    if let Some(r) = restored {
-        tracing::info!(
-            keys = r.kvs.len(),
-            leases = r.leases.len(),
-            high_water_mark = r.revision,
-            complete = r.complete,
-            "restored snapshot"
-        );
-        store.load(r.kvs, r.leases);
-    }
-    if config.revision_continuity {
-        let key = Bytes::from_static(COMPACT_REV_KEY.as_bytes());
-        let existing = store
-            .range(&RangeRequest {
-                key: key.clone(),
-                ..Default::default()
-            })
-            .map_err(|e| e.to_string())?;
-        if existing.kvs.is_empty() {
-            store
-                .put(PutRequest {
-                    key,
-                    value: Bytes::from(start.to_string()),
-                    ..Default::default()
-                })
-                .map_err(|e| e.to_string())?;
-        }
-        tracing::info!(
-            start_revision = start,
-            "revisions continue above every earlier run; older ones read as compacted"
-        );
-    }
-    Ok(store)
 }
 
 impl Server {
@@ -361,132 +283,5 @@ impl Server {
             }
         }
         result
-    }
-}
-
-/// Writes a snapshot now (off the async workers).
-async fn write_snapshot(store: &Arc<Store>, dir: &std::path::Path) -> Result<(), String> {
-    let store = store.clone();
-    let dir = dir.to_path_buf();
-    tokio::task::spawn_blocking(move || {
-        let started = Instant::now();
-        let (rev, kvs) = store.snapshot_latest();
-        let leases = store.lessor().all(false);
-        let bytes = persist::write(&dir, rev, &kvs, &leases)
-            .map_err(|e| format!("cannot write snapshot to {}: {e}", dir.display()))?;
-        tracing::info!(
-            revision = rev,
-            keys = kvs.len(),
-            leases = leases.len(),
-            bytes,
-            elapsed_ms = started.elapsed().as_millis() as u64,
-            "snapshot written"
-        );
-        Ok(())
-    })
-    .await
-    .map_err(|e| format!("snapshot task failed: {e}"))?
-}
-
-/// Writes snapshots every `interval` (if non-zero) until shutdown; the final
-/// one is written by [`Server::run`] once writes are fenced.
-async fn snapshot_loop(
-    store: Arc<Store>,
-    dir: PathBuf,
-    interval: Duration,
-    mut stop: watch::Receiver<bool>,
-) -> Result<(), String> {
-    let period = if interval.is_zero() {
-        Duration::from_secs(u64::MAX / 4)
-    } else {
-        interval
-    };
-    let mut tick = tokio::time::interval(period);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tick.tick().await;
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {
-                if let Err(e) = write_snapshot(&store, &dir).await {
-                    tracing::error!(error = %e, "periodic snapshot failed");
-                }
-            }
-            _ = crate::api::stopped(&mut stop) => return Ok(()),
-        }
-    }
-}
-
-/// etcd's auto-compaction. Periodic mode samples the revision every tenth
-/// of the retention and compacts to the sample taken one retention ago;
-/// revision mode compacts to `current - retention` every five minutes.
-async fn auto_compact(store: Arc<Store>, mode: AutoCompaction, mut stop: watch::Receiver<bool>) {
-    let (every, keep_samples) = match mode {
-        AutoCompaction::Periodic(d) => ((d / 10).max(Duration::from_millis(100)), 10usize),
-        AutoCompaction::Revisions(_) => (Duration::from_secs(300), 0),
-        AutoCompaction::Off => return,
-    };
-    let mut samples = std::collections::VecDeque::new();
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = crate::api::stopped(&mut stop) => return,
-        }
-        let target = match mode {
-            AutoCompaction::Periodic(_) => {
-                samples.push_back(store.current_revision());
-                if samples.len() <= keep_samples {
-                    continue;
-                }
-                samples.pop_front().unwrap_or(0)
-            }
-            AutoCompaction::Revisions(n) => store.current_revision() - n,
-            AutoCompaction::Off => return,
-        };
-        if target <= store.compacted_revision() {
-            continue;
-        }
-        let s = store.clone();
-        match tokio::task::spawn_blocking(move || s.compact(target)).await {
-            Ok(Ok(_)) => tracing::info!(revision = target, "auto-compacted"),
-            Ok(Err(e)) => tracing::debug!(revision = target, error = %e, "auto-compaction skipped"),
-            Err(e) => tracing::error!(error = %e, "auto-compaction task failed"),
-        }
-    }
-}
-
-/// Revokes expired leases, at most [`REVOKES_PER_TICK`] per tick.
-async fn expire_leases(shared: Shared) {
-    let mut stop = shared.stop.clone();
-    let mut tick = tokio::time::interval(EXPIRY_TICK);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = crate::api::stopped(&mut stop) => return,
-        }
-        let ids = shared
-            .store
-            .lessor()
-            .expired(Instant::now(), REVOKES_PER_TICK);
-        if ids.is_empty() {
-            continue;
-        }
-        let s = shared.clone();
-        let revoked = tokio::task::spawn_blocking(move || {
-            for id in ids {
-                match s.store.lease_revoke(id) {
-                    Ok(rev) => {
-                        s.metrics.lease_expired.inc();
-                        tracing::debug!(lease = id, rev, "lease expired");
-                    }
-                    Err(e) => tracing::debug!(lease = id, error = %e, "expired lease already gone"),
-                }
-            }
-        });
-        if let Err(e) = revoked.await {
-            tracing::error!(error = %e, "lease expiry task failed");
-        }
     }
 }

@@ -1,0 +1,189 @@
+//! The one write path: every mutation (put, delete, txn, compaction, lease
+//! grant, revoke and expiry) is an [`Entry`] given to [`Store::apply`].
+//!
+//! `apply` depends only on the store's prior state and the entry: compares
+//! are evaluated inside it, revisions are assigned inside it in call order,
+//! and it reads no clock and draws no random number (lease IDs, expiry
+//! decisions and the initial revision come from the caller). Its changes
+//! reach readers and watchers only when the sequencer publishes its
+//! revision, at its end. A replicated log will call it on every member in
+//! log order.
+//!
+//! In a single process, gRPC handlers call it concurrently: writes to
+//! different keys run in parallel under their key locks, and the result is
+//! the same as applying the entries one by one in the order of the
+//! revisions they got (a unit test replays concurrent runs serially and
+//! compares).
+
+use super::entry::{Applied, Entry};
+use super::store::Store;
+use super::types::*;
+use super::validate;
+use crate::error::{Error, Result};
+
+impl Store {
+    /// Applies one entry. Returns once its revision is visible to readers,
+    /// waiting on the calling thread; async callers use
+    /// [`Store::apply_async`].
+    pub fn apply(&self, entry: Entry) -> Result<Applied> {
+        let (applied, visible_at) = self.apply_unpublished(entry)?;
+        self.sequencer().wait_visible(visible_at);
+        Ok(applied)
+    }
+
+    /// [`Store::apply`] for async callers: while an earlier revision is
+    /// still being applied by another thread, the task yields to the runtime
+    /// instead of blocking its worker.
+    pub async fn apply_async(&self, entry: Entry) -> Result<Applied> {
+        let (applied, visible_at) = self.apply_unpublished(entry)?;
+        self.sequencer().visible(visible_at).await;
+        Ok(applied)
+    }
+
+    /// Applies an entry; returns its result and the revision that must be
+    /// visible before the result may be sent.
+    fn apply_unpublished(&self, entry: Entry) -> Result<(Applied, i64)> {
+        match entry {
+            Entry::Put(req) => {
+                self.check_put(&req)?;
+                let (resp, at) = self.apply_txn(one_op(RequestOp::Put(req)))?;
+                match resp.responses.into_iter().next() {
+                    Some(ResponseOp::Put(p)) => Ok((Applied::Put(p), at)),
+                    _ => unreachable!("a put txn answers with a put response"),
+                }
+            }
+            Entry::Delete(req) => {
+                let (resp, at) = self.apply_txn(one_op(RequestOp::Delete(req)))?;
+                match resp.responses.into_iter().next() {
+                    Some(ResponseOp::Delete(d)) => Ok((Applied::Delete(d), at)),
+                    _ => unreachable!("a delete txn answers with a delete response"),
+                }
+            }
+            Entry::Txn(req) => {
+                let (resp, at) = self.apply_txn(req)?;
+                Ok((Applied::Txn(resp), at))
+            }
+            Entry::Compact { revision } => {
+                let current = self.compact_history(revision)?;
+                Ok((Applied::Compact { revision: current }, 0))
+            }
+            Entry::LeaseGrant { id, ttl } => {
+                debug_assert!(id != 0, "the caller chooses lease IDs");
+                let _writers = self.range_writers().read();
+                self.check_running()?;
+                let ttl = self.lessor().grant(id, ttl)?;
+                self.stats().applied();
+                let revision = self.current_revision();
+                Ok((Applied::LeaseGrant { id, ttl, revision }, 0))
+            }
+            Entry::LeaseRevoke { id } => {
+                let revision = self.revoke_lease(id)?;
+                Ok((Applied::LeaseRevoke { revision }, revision))
+            }
+        }
+    }
+
+    /// A unary Put's checks before its txn: the request itself, then (as
+    /// etcd's unary put does, before the ignore flags) that its lease exists
+    /// unless unknown leases are adopted.
+    fn check_put(&self, req: &PutRequest) -> Result<()> {
+        validate::check_put(req)?;
+        if req.lease != 0
+            && !self.lessor().contains(req.lease)
+            && self.config().lessor.adopt_unknown_ttl.is_none()
+        {
+            return Err(Error::LeaseNotFound);
+        }
+        Ok(())
+    }
+
+    /// Validates a txn, then answers it from a read view when it only reads
+    /// or writes it (`write.rs`).
+    fn apply_txn(&self, req: TxnRequest) -> Result<(TxnResponse, i64)> {
+        validate::check_txn(&req, self.config().max_txn_ops)?;
+        if validate::is_read_only(&req) {
+            return self.read_txn(&req).map(|r| (r, 0));
+        }
+        self.write_txn(&req)
+    }
+
+    // ------------------------------------------------ per-kind conveniences
+    //
+    // What a single-member server calls: the entry applied, then the
+    // caller's duties the apply path leaves out (arming the timers of leases
+    // a put adopted).
+
+    /// Put with etcd's semantics (see [`Entry::Put`]).
+    pub fn put(&self, req: PutRequest) -> Result<PutResponse> {
+        let applied = self.apply(Entry::Put(req))?;
+        self.arm_new_leases();
+        match applied {
+            Applied::Put(p) => Ok(p),
+            other => unreachable!("a put applied as {other:?}"),
+        }
+    }
+
+    /// [`Store::put`] for async callers.
+    pub async fn put_async(&self, req: PutRequest) -> Result<PutResponse> {
+        let applied = self.apply_async(Entry::Put(req)).await?;
+        self.arm_new_leases();
+        match applied {
+            Applied::Put(p) => Ok(p),
+            other => unreachable!("a put applied as {other:?}"),
+        }
+    }
+
+    /// DeleteRange with etcd's semantics.
+    pub fn delete_range(&self, req: DeleteRequest) -> Result<DeleteResponse> {
+        match self.apply(Entry::Delete(req))? {
+            Applied::Delete(d) => Ok(d),
+            other => unreachable!("a delete applied as {other:?}"),
+        }
+    }
+
+    /// [`Store::delete_range`] for async callers.
+    pub async fn delete_range_async(&self, req: DeleteRequest) -> Result<DeleteResponse> {
+        match self.apply_async(Entry::Delete(req)).await? {
+            Applied::Delete(d) => Ok(d),
+            other => unreachable!("a delete applied as {other:?}"),
+        }
+    }
+
+    /// Txn with etcd's semantics.
+    pub fn txn(&self, req: TxnRequest) -> Result<TxnResponse> {
+        let applied = self.apply(Entry::Txn(req))?;
+        self.arm_new_leases();
+        match applied {
+            Applied::Txn(t) => Ok(t),
+            other => unreachable!("a txn applied as {other:?}"),
+        }
+    }
+
+    /// [`Store::txn`] for async callers.
+    pub async fn txn_async(&self, req: TxnRequest) -> Result<TxnResponse> {
+        let applied = self.apply_async(Entry::Txn(req)).await?;
+        self.arm_new_leases();
+        match applied {
+            Applied::Txn(t) => Ok(t),
+            other => unreachable!("a txn applied as {other:?}"),
+        }
+    }
+
+    /// Compacts history at `rev`: reads below it fail from now on, and every
+    /// key keeps its newest version at or below it (unless that is a
+    /// delete). Returns the current revision.
+    pub fn compact(&self, rev: i64) -> Result<i64> {
+        match self.apply(Entry::Compact { revision: rev })? {
+            Applied::Compact { revision } => Ok(revision),
+            other => unreachable!("a compaction applied as {other:?}"),
+        }
+    }
+}
+
+fn one_op(op: RequestOp) -> TxnRequest {
+    TxnRequest {
+        compare: Vec::new(),
+        success: vec![op],
+        failure: Vec::new(),
+    }
+}

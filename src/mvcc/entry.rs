@@ -1,0 +1,71 @@
+//! What the one write path takes and gives: an [`Entry`] per mutation and
+//! its [`Applied`] result.
+//!
+//! An entry carries every decision that depends on anything but the store's
+//! prior state: a lease ID chosen by the server, which lease expired, which
+//! revision to compact at. Applying the same entries in the same order to
+//! stores built with the same [`StoreConfig`](super::StoreConfig) therefore
+//! gives the same responses, revisions, versions, lease table and events,
+//! which is what a replicated log needs from its state machine.
+
+use super::types::*;
+
+/// One mutation of the store.
+#[derive(Debug, Clone)]
+pub enum Entry {
+    /// A Put; etcd checks the lease before the ignore flags.
+    Put(PutRequest),
+    /// A DeleteRange.
+    Delete(DeleteRequest),
+    /// A Txn (a read-only one is answered without a revision).
+    Txn(TxnRequest),
+    /// Compact history at a revision.
+    Compact {
+        /// The revision; reads below it fail afterwards.
+        revision: i64,
+    },
+    /// Grant a lease with an ID the caller chose (never 0).
+    LeaseGrant {
+        /// The lease ID.
+        id: i64,
+        /// Requested TTL in seconds (etcd's minimum and maximum apply).
+        ttl: i64,
+    },
+    /// Revoke a lease, by request or because its owner saw it expire; its
+    /// keys are deleted at one revision.
+    LeaseRevoke {
+        /// The lease ID.
+        id: i64,
+    },
+}
+
+/// The result of applying an [`Entry`], one variant per entry kind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Applied {
+    /// Result of [`Entry::Put`].
+    Put(PutResponse),
+    /// Result of [`Entry::Delete`].
+    Delete(DeleteResponse),
+    /// Result of [`Entry::Txn`].
+    Txn(TxnResponse),
+    /// Result of [`Entry::Compact`]: the current revision afterwards.
+    Compact {
+        /// The header revision.
+        revision: i64,
+    },
+    /// Result of [`Entry::LeaseGrant`].
+    LeaseGrant {
+        /// The granted ID.
+        id: i64,
+        /// The effective TTL.
+        ttl: i64,
+        /// The header revision.
+        revision: i64,
+    },
+    /// Result of [`Entry::LeaseRevoke`]: the revision of the deletes, or the
+    /// current one when the lease had no keys.
+    LeaseRevoke {
+        /// The header revision.
+        revision: i64,
+    },
+}

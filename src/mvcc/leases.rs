@@ -1,0 +1,133 @@
+//! Every lease rule clients see, in one place: grant, revoke, keep-alive,
+//! time-to-live, the lease list, expiry, and etcd's answers for unknown
+//! leases. The gRPC adapter only converts these to and from the wire.
+//!
+//! Mutations (grant, revoke, expiry) go through the apply path as entries;
+//! this file makes the decisions the apply path must not: choosing a lease
+//! ID for a grant that left it to the server, arming new leases' timers, and
+//! deciding which leases expired, all with the clock.
+
+use super::entry::{Applied, Entry};
+use super::store::Store;
+use super::types::*;
+use crate::error::{Error, Result};
+use crate::lease::LeaseInfo;
+use std::time::Instant;
+
+/// How often a server-chosen lease ID is re-drawn when a client-chosen
+/// lease took it between the choice and the grant.
+const ID_ATTEMPTS: usize = 16;
+
+impl Store {
+    /// Grants a lease. `id == 0` lets the server choose a positive ID.
+    pub fn lease_grant(&self, id: i64, ttl: i64) -> Result<LeaseGrantResponse> {
+        let mut attempts = 0;
+        loop {
+            let chosen = if id == 0 {
+                self.lessor().choose_id()
+            } else {
+                id
+            };
+            match self.apply(Entry::LeaseGrant { id: chosen, ttl }) {
+                Ok(Applied::LeaseGrant { id, ttl, revision }) => {
+                    self.arm_new_leases();
+                    return Ok(LeaseGrantResponse { revision, id, ttl });
+                }
+                Ok(other) => unreachable!("a grant applied as {other:?}"),
+                Err(Error::LeaseExist) if id == 0 && attempts < ID_ATTEMPTS => attempts += 1,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Revokes a lease: every key still attached to it is deleted at one
+    /// revision, in key order, with DELETE events. Returns the revision
+    /// after. Waits on the calling thread; async callers use
+    /// [`Store::lease_revoke_async`].
+    pub fn lease_revoke(&self, id: i64) -> Result<i64> {
+        revoked(self.apply(Entry::LeaseRevoke { id })?)
+    }
+
+    /// [`Store::lease_revoke`] for async callers.
+    pub async fn lease_revoke_async(&self, id: i64) -> Result<i64> {
+        revoked(self.apply_async(Entry::LeaseRevoke { id }).await?)
+    }
+
+    /// Refreshes a lease in memory. As in etcd, the header revision is read
+    /// before the refresh (a lease revoked at revision N never shows a
+    /// successful keep-alive at N or later), and an unknown or expired lease
+    /// gets TTL 0 rather than an error.
+    pub fn lease_keep_alive(&self, id: i64) -> LeaseKeepAliveResponse {
+        let revision = self.current_revision();
+        let ttl = self.lessor().renew(id, Instant::now()).unwrap_or(0);
+        LeaseKeepAliveResponse { revision, id, ttl }
+    }
+
+    /// TTL information of one lease; an unknown lease gets TTL -1 rather
+    /// than an error, as in etcd.
+    pub fn lease_time_to_live(&self, id: i64, keys: bool) -> LeaseTimeToLiveResponse {
+        let revision = self.current_revision();
+        match self.lessor().info(id, keys, Instant::now()) {
+            Some(l) => LeaseTimeToLiveResponse {
+                revision,
+                id: l.id,
+                ttl: l.remaining_ttl,
+                granted_ttl: l.granted_ttl,
+                keys: l.keys,
+            },
+            None => LeaseTimeToLiveResponse {
+                revision,
+                id,
+                ttl: -1,
+                granted_ttl: 0,
+                keys: Vec::new(),
+            },
+        }
+    }
+
+    /// Every granted lease.
+    pub fn lease_leases(&self) -> LeaseLeasesResponse {
+        let revision = self.current_revision();
+        let ids = self
+            .lessor()
+            .all(false, Instant::now())
+            .into_iter()
+            .map(|l| l.id)
+            .collect();
+        LeaseLeasesResponse { revision, ids }
+    }
+
+    /// Revokes up to `max` leases whose time ran out by `now`, each as a
+    /// revoke entry. Returns each lease with the revision of its deletes, or
+    /// the error (a lease revoked by a client meanwhile is gone already).
+    pub fn revoke_expired(&self, now: Instant, max: usize) -> Vec<(i64, Result<i64>)> {
+        self.lessor()
+            .expired(now, max)
+            .into_iter()
+            .map(|id| (id, self.lease_revoke(id)))
+            .collect()
+    }
+
+    /// Every lease with its remaining time, for persistence.
+    pub fn leases_for_snapshot(&self) -> Vec<LeaseInfo> {
+        self.lessor().all(false, Instant::now())
+    }
+
+    /// Number of granted leases.
+    pub fn lease_count(&self) -> usize {
+        self.lessor().len()
+    }
+
+    /// Starts the countdown of leases granted or adopted by writes just
+    /// applied. The apply path reads no clock, so its caller does this.
+    pub(super) fn arm_new_leases(&self) {
+        self.lessor().arm_new(Instant::now());
+    }
+}
+
+fn revoked(applied: Applied) -> Result<i64> {
+    match applied {
+        Applied::LeaseRevoke { revision } => Ok(revision),
+        other => unreachable!("a revoke applied as {other:?}"),
+    }
+}
