@@ -232,3 +232,55 @@ fn fragments(resp: pb::WatchResponse, limit: usize) -> Vec<pb::WatchResponse> {
     out.push(cur);
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::mvccpb;
+
+    fn event(i: usize, value_len: usize) -> mvccpb::Event {
+        mvccpb::Event {
+            r#type: 0,
+            kv: Some(mvccpb::KeyValue {
+                key: format!("k{i:04}").into_bytes().into(),
+                value: vec![b'x'; value_len].into(),
+                mod_revision: 10,
+                ..Default::default()
+            }),
+            prev_kv: None,
+        }
+    }
+
+    fn response(events: Vec<mvccpb::Event>) -> pb::WatchResponse {
+        pb::WatchResponse {
+            watch_id: 3,
+            events,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn small_responses_and_single_events_are_not_fragmented() {
+        let small = response((0..3).map(|i| event(i, 10)).collect());
+        assert_eq!(fragments(small.clone(), 1024), vec![small]);
+        let one_big = response(vec![event(0, 4096)]);
+        assert_eq!(fragments(one_big.clone(), 1024), vec![one_big]);
+    }
+
+    #[test]
+    fn large_responses_split_under_the_limit_in_order() {
+        let events: Vec<_> = (0..50).map(|i| event(i, 100)).collect();
+        let whole = response(events.clone());
+        let limit = 1024;
+        let pieces = fragments(whole, limit);
+        assert!(pieces.len() > 1);
+        for (i, p) in pieces.iter().enumerate() {
+            assert!(p.encoded_len() < limit, "piece {i} is {}", p.encoded_len());
+            assert_eq!(p.fragment, i + 1 < pieces.len(), "only the last is final");
+            assert_eq!(p.watch_id, 3);
+            assert!(!p.events.is_empty());
+        }
+        let rejoined: Vec<_> = pieces.into_iter().flat_map(|p| p.events).collect();
+        assert_eq!(rejoined, events);
+    }
+}

@@ -316,6 +316,9 @@ fn deliverable(spec: &WatchSpec, e: &Event, compacted: i64) -> Event {
 }
 
 #[cfg(test)]
+mod edge_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::mvcc::{PutRequest, StoreConfig};
