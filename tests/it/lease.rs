@@ -63,6 +63,12 @@ async fn live_keys(c: &mut Client) -> Vec<String> {
 /// One raw keep-alive request for `id` on a fresh stream; returns the TTL
 /// the server answered with.
 async fn raw_keep_alive(endpoint: &str, id: i64) -> i64 {
+    raw_keep_alive_answer(endpoint, id).await.1
+}
+
+/// One raw keep-alive request for `id` on a fresh stream; returns the
+/// answer's header revision and TTL.
+async fn raw_keep_alive_answer(endpoint: &str, id: i64) -> (i64, i64) {
     let (tx, rx) = mpsc::channel(1);
     // Queued before the call: a Go server sends headers with its first answer.
     tx.send(LeaseKeepAliveRequest { id }).await.unwrap();
@@ -79,7 +85,7 @@ async fn raw_keep_alive(endpoint: &str, id: i64) -> i64 {
         .expect("keep-alive answer")
         .expect("stream not ended");
     assert_eq!(resp.id, id);
-    resp.ttl
+    (resp.header.map_or(-1, |h| h.revision), resp.ttl)
 }
 
 #[tokio::test]
@@ -209,6 +215,32 @@ async fn keep_alive_refreshes_the_ttl() {
 
     // Unknown leases are answered with TTL 0 rather than an error.
     assert_eq!(raw_keep_alive(&server.endpoint(), id + 1).await, 0);
+}
+
+/// The header revisions and TTLs of keep-alives around a revoke, the same
+/// on ephd and on stock etcd: etcd fills the header before refreshing, so a
+/// keep-alive of a live lease reports a revision at which it was alive.
+#[tokio::test]
+async fn keep_alive_headers_match_stock_etcd() {
+    async fn scenario(endpoint: &str) -> Vec<(i64, i64)> {
+        let mut c = crate::harness::connect_client(endpoint).await;
+        let mut seen = Vec::new();
+        grant(&mut c, 30, 77).await;
+        seen.push(raw_keep_alive_answer(endpoint, 77).await);
+        put_leased(&mut c, "k1", 77).await;
+        put_leased(&mut c, "k2", 77).await;
+        seen.push(raw_keep_alive_answer(endpoint, 77).await);
+        within("revoke", c.lease_revoke(77)).await.unwrap();
+        seen.push(raw_keep_alive_answer(endpoint, 77).await);
+        seen.push(raw_keep_alive_answer(endpoint, 78).await);
+        seen
+    }
+    let ephd = crate::support::ephd(&[]);
+    let etcd = crate::harness::StockEtcd::start();
+    let on_ephd = scenario(&ephd.endpoint()).await;
+    let on_etcd = scenario(&etcd.endpoint()).await;
+    assert_eq!(on_ephd, on_etcd, "(header revision, ttl) per keep-alive");
+    assert_eq!(on_etcd, vec![(1, 30), (3, 30), (4, 0), (4, 0)]);
 }
 
 #[tokio::test]
