@@ -40,8 +40,10 @@ RUN cargo chef prepare --recipe-path recipe.json
 FROM chef AS builder
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 COPY --from=planner /src/recipe.json recipe.json
-# The rustflags (--cfg tokio_unstable) must match the final build, or the
-# cached dependencies would be rebuilt.
+# .cargo/config.toml must be in place before dependencies are built: its
+# rustflags (--cfg tokio_unstable) must match the final build, or the cached
+# dependencies would be rebuilt, and its [env] compiles jemalloc's built-in
+# options (oversize_threshold:0, see src/main.rs) into tikv-jemalloc-sys.
 COPY .cargo/ .cargo/
 # Dependency caching layer: compiles every dependency (and the vendored
 # protoc used by build.rs) against a skeleton of the crate.

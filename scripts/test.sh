@@ -6,6 +6,9 @@
 # with a system protoc; so this installs what is missing first:
 #   - etcd-server + etcd-client (scripts/install-etcd.sh),
 #   - protobuf-compiler + libprotobuf-dev (protoc and its well-known types).
+# Before any test it runs the lint gates, each of which fails the run:
+#   - cargo fmt --all -- --check
+#   - cargo clippy --workspace --all-targets -- -D warnings
 # Extra arguments are passed to `cargo test`, e.g. `scripts/test.sh --test it`.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -32,6 +35,27 @@ fi
 
 echo "test.sh: $(etcd --version | head -n1); $(etcdctl version | head -n1); $(protoc --version 2>/dev/null || echo "PROTOC=${PROTOC:-}")"
 cargo --version
+
+# Lint gates, before the tests so a formatting or clippy failure is reported
+# first and loudly instead of after minutes of tests.
+gate() { # name command...
+  local name=$1
+  shift
+  echo "test.sh: gate: $*"
+  if ! "$@"; then
+    echo "test.sh: FAILED gate '$name': $*" >&2
+    echo "test.sh: fix it (e.g. \`cargo fmt --all\`, or the clippy findings above) and run again" >&2
+    exit 1
+  fi
+}
+for tool in fmt clippy; do
+  cargo "$tool" --version >/dev/null 2>&1 || {
+    echo "test.sh: FAILED: \`cargo $tool\` is not installed (rustup component add ${tool/fmt/rustfmt})" >&2
+    exit 1
+  }
+done
+gate fmt cargo fmt --all -- --check
+gate clippy cargo clippy --workspace --all-targets -- -D warnings
 
 if [ "$#" -gt 0 ]; then
   cargo test "$@"

@@ -4,7 +4,9 @@
 //! errors by the exact gRPC status code *and* message text that etcd sends,
 //! so every error the store core can produce is a variant here, and the
 //! gRPC adapters map it with [`Error::code`] and [`Error::message`] only.
-//! Nothing else in the crate invents error strings for clients.
+//! The reasons a watch create is refused with are not gRPC errors but texts
+//! in the `cancel_reason` field; they are the constants below. Nothing else
+//! in the crate invents error strings for clients.
 
 use std::fmt;
 
@@ -18,7 +20,7 @@ pub enum Code {
     OutOfRange,
     /// A referenced lease does not exist.
     NotFound,
-    /// The request conflicts with current state (lease already exists, auth off).
+    /// The request conflicts with current state (lease already exists).
     FailedPrecondition,
     /// The server cannot serve the request right now.
     Unavailable,
@@ -55,14 +57,23 @@ pub enum Error {
     LeaseTtlTooLarge,
     /// A request above `--max-request-bytes`.
     RequestTooLarge,
-    /// Auth RPCs while auth is disabled.
-    AuthNotEnabled,
-    /// A member ID the cluster does not have.
-    MemberNotFound,
     /// The server is shutting down and accepts no more writes.
     Stopped,
-    /// An RPC that ephd deliberately does not serve.
-    Unimplemented(&'static str),
+    /// The server is shutting down and ends a long-lived stream (Watch,
+    /// LeaseKeepAlive). Unavailable, so clients reconnect and resume instead
+    /// of treating it as final.
+    StreamShutdown,
+    /// Every Auth RPC except AuthStatus: auth is always disabled.
+    AuthUnsupported,
+    /// MemberAdd, MemberRemove, MemberUpdate, MemberPromote: ephd is always
+    /// a single member.
+    MembershipUnsupported,
+    /// Maintenance.Snapshot.
+    SnapshotUnsupported,
+    /// Maintenance.MoveLeader: there is no other member.
+    MoveLeaderUnsupported,
+    /// Maintenance.Downgrade.
+    DowngradeUnsupported,
 }
 
 impl Error {
@@ -78,14 +89,19 @@ impl Error {
             | Error::InvalidSortOption
             | Error::RequestTooLarge => Code::InvalidArgument,
             Error::Compacted | Error::FutureRev | Error::LeaseTtlTooLarge => Code::OutOfRange,
-            Error::LeaseNotFound | Error::MemberNotFound => Code::NotFound,
-            Error::LeaseExist | Error::AuthNotEnabled => Code::FailedPrecondition,
-            Error::Stopped => Code::Unavailable,
-            Error::Unimplemented(_) => Code::Unimplemented,
+            Error::LeaseNotFound => Code::NotFound,
+            Error::LeaseExist => Code::FailedPrecondition,
+            Error::Stopped | Error::StreamShutdown => Code::Unavailable,
+            Error::AuthUnsupported
+            | Error::MembershipUnsupported
+            | Error::SnapshotUnsupported
+            | Error::MoveLeaderUnsupported
+            | Error::DowngradeUnsupported => Code::Unimplemented,
         }
     }
 
-    /// etcd's exact message text, which clients pattern-match.
+    /// etcd's exact message text, which clients pattern-match (ephd's own
+    /// texts, prefixed `ephd:`, for what etcd has no error for).
     pub fn message(&self) -> &'static str {
         match self {
             Error::EmptyKey => "etcdserver: key is not provided",
@@ -101,13 +117,36 @@ impl Error {
             Error::LeaseExist => "etcdserver: lease already exists",
             Error::LeaseTtlTooLarge => "etcdserver: too large lease TTL",
             Error::RequestTooLarge => "etcdserver: request is too large",
-            Error::AuthNotEnabled => "etcdserver: authentication is not enabled",
-            Error::MemberNotFound => "etcdserver: member not found",
             Error::Stopped => "etcdserver: server stopped",
-            Error::Unimplemented(what) => what,
+            Error::StreamShutdown => "ephd: server is shutting down",
+            Error::AuthUnsupported => {
+                "ephd: authentication is not supported (auth is always disabled)"
+            }
+            Error::MembershipUnsupported => {
+                "ephd: membership changes are not supported (ephd runs as a single member)"
+            }
+            Error::SnapshotUnsupported => "ephd: snapshots are not supported yet",
+            Error::MoveLeaderUnsupported => "ephd: there is no other member to move leadership to",
+            Error::DowngradeUnsupported => "ephd: downgrade is not supported",
         }
     }
 }
+
+/// Watch create refused: the range is empty (`key >= range_end`). etcd's
+/// `cancel_reason` text.
+pub const ERR_EMPTY_RANGE: &str = "mvcc: watcher range is empty";
+
+/// Watch create refused: the client reuses a watch ID on the same stream.
+/// etcd's `cancel_reason` text.
+pub const ERR_DUPLICATE_ID: &str = "mvcc: duplicate watch ID provided on the WatchStream";
+
+/// Prefix of the Internal status sent when a response cannot be encoded
+/// (followed by `: ` and prost's error); not an etcd error.
+pub const INTERNAL_ENCODE_FAILED: &str = "cannot encode message";
+
+/// Prefix of the Internal status sent when the blocking compaction task
+/// fails (followed by `: ` and the task's error); not an etcd error.
+pub const INTERNAL_COMPACTION_FAILED: &str = "compaction task failed";
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -119,3 +158,126 @@ impl std::error::Error for Error {}
 
 /// Result type of the store core.
 pub type Result<T> = std::result::Result<T, Error>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Clients match these texts byte for byte (the etcd ones are compared
+    /// with stock etcd in the integration tests); a change here is a change
+    /// of the wire protocol.
+    #[test]
+    fn every_text_and_code_is_pinned() {
+        let table = [
+            (
+                Error::EmptyKey,
+                Code::InvalidArgument,
+                "etcdserver: key is not provided",
+            ),
+            (
+                Error::KeyNotFound,
+                Code::InvalidArgument,
+                "etcdserver: key not found",
+            ),
+            (
+                Error::ValueProvided,
+                Code::InvalidArgument,
+                "etcdserver: value is provided",
+            ),
+            (
+                Error::LeaseProvided,
+                Code::InvalidArgument,
+                "etcdserver: lease is provided",
+            ),
+            (
+                Error::TooManyOps,
+                Code::InvalidArgument,
+                "etcdserver: too many operations in txn request",
+            ),
+            (
+                Error::DuplicateKey,
+                Code::InvalidArgument,
+                "etcdserver: duplicate key given in txn request",
+            ),
+            (
+                Error::InvalidSortOption,
+                Code::InvalidArgument,
+                "etcdserver: invalid sort option",
+            ),
+            (
+                Error::Compacted,
+                Code::OutOfRange,
+                "etcdserver: mvcc: required revision has been compacted",
+            ),
+            (
+                Error::FutureRev,
+                Code::OutOfRange,
+                "etcdserver: mvcc: required revision is a future revision",
+            ),
+            (
+                Error::LeaseNotFound,
+                Code::NotFound,
+                "etcdserver: requested lease not found",
+            ),
+            (
+                Error::LeaseExist,
+                Code::FailedPrecondition,
+                "etcdserver: lease already exists",
+            ),
+            (
+                Error::LeaseTtlTooLarge,
+                Code::OutOfRange,
+                "etcdserver: too large lease TTL",
+            ),
+            (
+                Error::RequestTooLarge,
+                Code::InvalidArgument,
+                "etcdserver: request is too large",
+            ),
+            (
+                Error::Stopped,
+                Code::Unavailable,
+                "etcdserver: server stopped",
+            ),
+            (
+                Error::StreamShutdown,
+                Code::Unavailable,
+                "ephd: server is shutting down",
+            ),
+            (
+                Error::AuthUnsupported,
+                Code::Unimplemented,
+                "ephd: authentication is not supported (auth is always disabled)",
+            ),
+            (
+                Error::MembershipUnsupported,
+                Code::Unimplemented,
+                "ephd: membership changes are not supported (ephd runs as a single member)",
+            ),
+            (
+                Error::SnapshotUnsupported,
+                Code::Unimplemented,
+                "ephd: snapshots are not supported yet",
+            ),
+            (
+                Error::MoveLeaderUnsupported,
+                Code::Unimplemented,
+                "ephd: there is no other member to move leadership to",
+            ),
+            (
+                Error::DowngradeUnsupported,
+                Code::Unimplemented,
+                "ephd: downgrade is not supported",
+            ),
+        ];
+        for (err, code, text) in table {
+            assert_eq!((err.code(), err.message()), (code, text), "{err:?}");
+            assert_eq!(err.to_string(), text);
+        }
+        assert_eq!(ERR_EMPTY_RANGE, "mvcc: watcher range is empty");
+        assert_eq!(
+            ERR_DUPLICATE_ID,
+            "mvcc: duplicate watch ID provided on the WatchStream"
+        );
+    }
+}

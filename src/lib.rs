@@ -18,6 +18,7 @@
 //! for attachments) → the change log → `watch` streams. Nothing below `api`
 //! knows about gRPC.
 
+#![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod api;

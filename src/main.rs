@@ -1,5 +1,7 @@
 //! The `ephd` server binary.
 
+#![forbid(unsafe_code)]
+
 use clap::Parser;
 use ephd::config::Config;
 use ephd::server::Server;
@@ -8,32 +10,22 @@ use std::process::ExitCode;
 /// jemalloc returns freed memory to the system (after compaction, lease
 /// expiry) and fragments less than glibc's allocator under the many small,
 /// long-lived allocations of the store.
+///
+/// Its built-in options are compiled in: `.cargo/config.toml` sets
+/// `JEMALLOC_SYS_WITH_MALLOC_CONF`, which tikv-jemalloc-sys's build script
+/// reads (the `_RJEM_MALLOC_CONF` environment variable still overrides them
+/// at run time).
+///
+/// `oversize_threshold:0`: by default jemalloc gives allocations of 8 MiB and
+/// more a dedicated arena that returns their pages to the kernel as soon as
+/// they are freed. A large Range response then page-faults its whole encode
+/// buffer in, and unmaps it again, on every request, which cost a large share
+/// of the server's CPU on the `range` workload (figures in BENCHMARKS.md).
+/// Without that arena, freed large buffers stay for reuse and go back to the
+/// kernel through jemalloc's normal time-based decay.
 #[cfg(not(target_env = "msvc"))]
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
-
-/// jemalloc's built-in options (the `_RJEM_MALLOC_CONF` environment variable
-/// can still override them).
-///
-/// `oversize_threshold:0`: by default jemalloc gives allocations of 8 MiB and
-/// more an arena that returns their pages to the kernel as soon as they are
-/// freed. A large Range response (10k objects of 1 KiB encode to ~10 MB) then
-/// page-faults its whole buffer in, and unmaps it, on every request: that was
-/// 40% of the server's CPU on the `range` workload (BENCHMARKS.md). Without
-/// the special arena, freed large buffers stay for reuse and are returned to
-/// the kernel by the normal decay (10 s).
-#[cfg(not(target_env = "msvc"))]
-#[export_name = "_rjem_malloc_conf"]
-static MALLOC_CONF: MallocConf = MallocConf(c"oversize_threshold:0".as_ptr());
-
-/// A C string pointer jemalloc reads at startup; immutable, so shareable.
-#[cfg(not(target_env = "msvc"))]
-#[repr(transparent)]
-struct MallocConf(*const std::ffi::c_char);
-
-// SAFETY: the pointer is to a static, immutable, NUL-terminated string.
-#[cfg(not(target_env = "msvc"))]
-unsafe impl Sync for MallocConf {}
 
 fn main() -> ExitCode {
     let runtime = match runtime() {
@@ -53,8 +45,8 @@ fn main() -> ExitCode {
 /// into the slot, so the connection writes every response with its own
 /// `writev` before the next ready request runs. With it off, the connection
 /// task queues behind the requests that are already ready and flushes their
-/// responses together: measured on the put workload, about 10% less server
-/// CPU per request and no change in latency at half load (BENCHMARKS.md).
+/// responses together, which costs less server CPU per request without
+/// adding latency (measured in BENCHMARKS.md).
 fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     builder.enable_all();

@@ -3,7 +3,7 @@
 //! gauges are read from the store at scrape time.
 
 use crate::mvcc::Store;
-use prometheus::{Encoder, IntCounter, IntCounterVec, IntGauge, Opts, Registry, TextEncoder};
+use prometheus::{Encoder, IntCounter, IntGauge, Registry, TextEncoder};
 use std::sync::atomic::Ordering;
 
 /// All metrics of one server.
@@ -31,9 +31,6 @@ pub struct Metrics {
     pub lease_renewed: IntCounter,
     /// Leases expired (`etcd_server_lease_expired_total`).
     pub lease_expired: IntCounter,
-    /// Failed requests by gRPC code (`etcd_server_proposals_failed_total` is
-    /// raft-specific; ephd reports `ephd_requests_failed_total{code}`).
-    pub failed: IntCounterVec,
     db_total: IntGauge,
     db_in_use: IntGauge,
     keys: IntGauge,
@@ -86,15 +83,6 @@ impl Metrics {
             "Whether this member is leader (always 1).",
         );
         is_leader.set(1);
-        let failed = IntCounterVec::new(
-            Opts::new(
-                "ephd_requests_failed_total",
-                "Requests answered with an error, by gRPC code.",
-            ),
-            &["code"],
-        )
-        .expect("valid metric");
-        r.register(Box::new(failed.clone())).expect("unique metric");
         Metrics {
             range_total: counter(&r, "etcd_mvcc_range_total", "Total number of ranges seen."),
             put_total: counter(&r, "etcd_mvcc_put_total", "Total number of puts seen."),
@@ -139,7 +127,6 @@ impl Metrics {
                 "etcd_server_lease_expired_total",
                 "Number of expired leases.",
             ),
-            failed,
             db_total: gauge(
                 &r,
                 "etcd_mvcc_db_total_size_in_bytes",

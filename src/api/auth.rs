@@ -2,14 +2,13 @@
 //! so, and every other Auth RPC answers Unimplemented with a clear message
 //! rather than pretending to store users and roles.
 
-use super::{unimplemented, Shared};
+use super::{status, Shared};
+use crate::error::Error;
 use crate::proto::etcdserverpb::{self as pb, auth_server::Auth};
 use tonic::{Request, Response, Status};
 
 /// Serves AuthStatus; the rest of the Auth service is not implemented.
 pub struct AuthService(pub Shared);
-
-const AUTH_UNSUPPORTED: &str = "ephd: authentication is not supported (auth is always disabled)";
 
 #[tonic::async_trait]
 impl Auth for AuthService {
@@ -29,111 +28,111 @@ impl Auth for AuthService {
         &self,
         _r: Request<pb::AuthEnableRequest>,
     ) -> Result<Response<pb::AuthEnableResponse>, Status> {
-        Err(unimplemented(AUTH_UNSUPPORTED))
+        Err(status(Error::AuthUnsupported))
     }
 
     async fn auth_disable(
         &self,
         _r: Request<pb::AuthDisableRequest>,
     ) -> Result<Response<pb::AuthDisableResponse>, Status> {
-        Err(unimplemented(AUTH_UNSUPPORTED))
+        Err(status(Error::AuthUnsupported))
     }
 
     async fn authenticate(
         &self,
         _r: Request<pb::AuthenticateRequest>,
     ) -> Result<Response<pb::AuthenticateResponse>, Status> {
-        Err(unimplemented(AUTH_UNSUPPORTED))
+        Err(status(Error::AuthUnsupported))
     }
 
     async fn user_add(
         &self,
         _r: Request<pb::AuthUserAddRequest>,
     ) -> Result<Response<pb::AuthUserAddResponse>, Status> {
-        Err(unimplemented(AUTH_UNSUPPORTED))
+        Err(status(Error::AuthUnsupported))
     }
 
     async fn user_get(
         &self,
         _r: Request<pb::AuthUserGetRequest>,
     ) -> Result<Response<pb::AuthUserGetResponse>, Status> {
-        Err(unimplemented(AUTH_UNSUPPORTED))
+        Err(status(Error::AuthUnsupported))
     }
 
     async fn user_list(
         &self,
         _r: Request<pb::AuthUserListRequest>,
     ) -> Result<Response<pb::AuthUserListResponse>, Status> {
-        Err(unimplemented(AUTH_UNSUPPORTED))
+        Err(status(Error::AuthUnsupported))
     }
 
     async fn user_delete(
         &self,
         _r: Request<pb::AuthUserDeleteRequest>,
     ) -> Result<Response<pb::AuthUserDeleteResponse>, Status> {
-        Err(unimplemented(AUTH_UNSUPPORTED))
+        Err(status(Error::AuthUnsupported))
     }
 
     async fn user_change_password(
         &self,
         _r: Request<pb::AuthUserChangePasswordRequest>,
     ) -> Result<Response<pb::AuthUserChangePasswordResponse>, Status> {
-        Err(unimplemented(AUTH_UNSUPPORTED))
+        Err(status(Error::AuthUnsupported))
     }
 
     async fn user_grant_role(
         &self,
         _r: Request<pb::AuthUserGrantRoleRequest>,
     ) -> Result<Response<pb::AuthUserGrantRoleResponse>, Status> {
-        Err(unimplemented(AUTH_UNSUPPORTED))
+        Err(status(Error::AuthUnsupported))
     }
 
     async fn user_revoke_role(
         &self,
         _r: Request<pb::AuthUserRevokeRoleRequest>,
     ) -> Result<Response<pb::AuthUserRevokeRoleResponse>, Status> {
-        Err(unimplemented(AUTH_UNSUPPORTED))
+        Err(status(Error::AuthUnsupported))
     }
 
     async fn role_add(
         &self,
         _r: Request<pb::AuthRoleAddRequest>,
     ) -> Result<Response<pb::AuthRoleAddResponse>, Status> {
-        Err(unimplemented(AUTH_UNSUPPORTED))
+        Err(status(Error::AuthUnsupported))
     }
 
     async fn role_get(
         &self,
         _r: Request<pb::AuthRoleGetRequest>,
     ) -> Result<Response<pb::AuthRoleGetResponse>, Status> {
-        Err(unimplemented(AUTH_UNSUPPORTED))
+        Err(status(Error::AuthUnsupported))
     }
 
     async fn role_list(
         &self,
         _r: Request<pb::AuthRoleListRequest>,
     ) -> Result<Response<pb::AuthRoleListResponse>, Status> {
-        Err(unimplemented(AUTH_UNSUPPORTED))
+        Err(status(Error::AuthUnsupported))
     }
 
     async fn role_delete(
         &self,
         _r: Request<pb::AuthRoleDeleteRequest>,
     ) -> Result<Response<pb::AuthRoleDeleteResponse>, Status> {
-        Err(unimplemented(AUTH_UNSUPPORTED))
+        Err(status(Error::AuthUnsupported))
     }
 
     async fn role_grant_permission(
         &self,
         _r: Request<pb::AuthRoleGrantPermissionRequest>,
     ) -> Result<Response<pb::AuthRoleGrantPermissionResponse>, Status> {
-        Err(unimplemented(AUTH_UNSUPPORTED))
+        Err(status(Error::AuthUnsupported))
     }
 
     async fn role_revoke_permission(
         &self,
         _r: Request<pb::AuthRoleRevokePermissionRequest>,
     ) -> Result<Response<pb::AuthRoleRevokePermissionResponse>, Status> {
-        Err(unimplemented(AUTH_UNSUPPORTED))
+        Err(status(Error::AuthUnsupported))
     }
 }

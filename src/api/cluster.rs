@@ -1,14 +1,12 @@
 //! The Cluster service: ephd is always a cluster of one member.
 
-use super::{unimplemented, Shared};
+use super::{status, Shared};
+use crate::error::Error;
 use crate::proto::etcdserverpb::{self as pb, cluster_server::Cluster};
 use tonic::{Request, Response, Status};
 
 /// Serves MemberList; membership changes are not supported.
 pub struct ClusterService(pub Shared);
-
-const MEMBERSHIP_UNSUPPORTED: &str =
-    "ephd: membership changes are not supported (ephd runs as a single member)";
 
 impl ClusterService {
     fn members(&self) -> Vec<pb::Member> {
@@ -29,21 +27,21 @@ impl Cluster for ClusterService {
         &self,
         _r: Request<pb::MemberAddRequest>,
     ) -> Result<Response<pb::MemberAddResponse>, Status> {
-        Err(unimplemented(MEMBERSHIP_UNSUPPORTED))
+        Err(status(Error::MembershipUnsupported))
     }
 
     async fn member_remove(
         &self,
         _r: Request<pb::MemberRemoveRequest>,
     ) -> Result<Response<pb::MemberRemoveResponse>, Status> {
-        Err(unimplemented(MEMBERSHIP_UNSUPPORTED))
+        Err(status(Error::MembershipUnsupported))
     }
 
     async fn member_update(
         &self,
         _r: Request<pb::MemberUpdateRequest>,
     ) -> Result<Response<pb::MemberUpdateResponse>, Status> {
-        Err(unimplemented(MEMBERSHIP_UNSUPPORTED))
+        Err(status(Error::MembershipUnsupported))
     }
 
     async fn member_list(
@@ -61,6 +59,6 @@ impl Cluster for ClusterService {
         &self,
         _r: Request<pb::MemberPromoteRequest>,
     ) -> Result<Response<pb::MemberPromoteResponse>, Status> {
-        Err(unimplemented(MEMBERSHIP_UNSUPPORTED))
+        Err(status(Error::MembershipUnsupported))
     }
 }

@@ -1,6 +1,7 @@
 //! The KV service.
 
 use super::{check_size, convert, status, Shared};
+use crate::error::INTERNAL_COMPACTION_FAILED;
 use crate::proto::etcdserverpb::{self as pb, kv_server::Kv};
 use prost::Message;
 use tonic::{Request, Response, Status};
@@ -95,7 +96,7 @@ impl Kv for KvService {
         let task = tokio::task::spawn_blocking(move || store.compact(req.revision));
         let rev = task
             .await
-            .map_err(|e| Status::internal(format!("compaction task failed: {e}")))?
+            .map_err(|e| Status::internal(format!("{INTERNAL_COMPACTION_FAILED}: {e}")))?
             .map_err(status)?;
         Ok(Response::new(pb::CompactionResponse {
             header: info.header(rev),

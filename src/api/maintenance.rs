@@ -1,7 +1,8 @@
 //! The Maintenance service: status, alarms, hashes. There is no disk, so
 //! defragmentation has nothing to do, and no alarm is ever raised.
 
-use super::{status, unimplemented, Shared, ETCD_VERSION};
+use super::{status, Shared, ETCD_VERSION};
+use crate::error::Error;
 use crate::proto::etcdserverpb::{self as pb, maintenance_server::Maintenance};
 use futures::Stream;
 use std::pin::Pin;
@@ -91,22 +92,20 @@ impl Maintenance for MaintenanceService {
         &self,
         _r: Request<pb::SnapshotRequest>,
     ) -> Result<Response<SnapshotOut>, Status> {
-        Err(unimplemented("ephd: snapshots are not supported yet"))
+        Err(status(Error::SnapshotUnsupported))
     }
 
     async fn move_leader(
         &self,
         _r: Request<pb::MoveLeaderRequest>,
     ) -> Result<Response<pb::MoveLeaderResponse>, Status> {
-        Err(unimplemented(
-            "ephd: there is no other member to move leadership to",
-        ))
+        Err(status(Error::MoveLeaderUnsupported))
     }
 
     async fn downgrade(
         &self,
         _r: Request<pb::DowngradeRequest>,
     ) -> Result<Response<pb::DowngradeResponse>, Status> {
-        Err(unimplemented("ephd: downgrade is not supported"))
+        Err(status(Error::DowngradeUnsupported))
     }
 }

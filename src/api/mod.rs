@@ -106,10 +106,10 @@ pub async fn stopped(stop: &mut tokio::sync::watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await.map(|_| ());
 }
 
-/// The status a stream ends with when the server shuts down: Unavailable,
-/// so clients reconnect and resume instead of treating it as final.
+/// The status a stream ends with when the server shuts down
+/// ([`Error::StreamShutdown`]).
 pub(crate) fn shutting_down() -> tonic::Status {
-    tonic::Status::unavailable("ephd: server is shutting down")
+    status(Error::StreamShutdown)
 }
 
 /// Maps a core error to the gRPC status etcd sends for it.
@@ -136,9 +136,4 @@ pub(crate) fn check_size(info: &ServerInfo, len: usize) -> Result<(), tonic::Sta
     } else {
         Ok(())
     }
-}
-
-/// The answer for RPCs ephd does not serve.
-pub(crate) fn unimplemented(what: &'static str) -> tonic::Status {
-    status(Error::Unimplemented(what))
 }

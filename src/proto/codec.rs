@@ -3,11 +3,12 @@
 //! It is tonic-prost's codec with one change: before encoding a message it
 //! reserves the message's exact encoded length in the output buffer. tonic's
 //! buffer starts at 8 KiB and doubles as a message is written into it, so a
-//! large Range response (10k objects of 1 KiB encode to ~10 MB) was copied
-//! again on every doubling: about 18% of the server's CPU on the `range`
-//! workload, measured with perf (BENCHMARKS.md). Computing the length first
-//! costs one extra pass over the message's fields, not over its bytes.
+//! large Range response was copied again on every doubling, a sizeable share
+//! of the server's CPU on the `range` workload (measured in BENCHMARKS.md).
+//! Computing the length first costs one extra pass over the message's fields,
+//! not over its bytes.
 
+use crate::error::INTERNAL_ENCODE_FAILED;
 use prost::Message;
 use std::marker::PhantomData;
 use tonic::codec::{BufferSettings, Codec, EncodeBuf, Encoder};
@@ -61,7 +62,7 @@ impl<T: Message> Encoder for ExactEncoder<T> {
     fn encode(&mut self, item: T, buf: &mut EncodeBuf<'_>) -> Result<(), Status> {
         buf.reserve(item.encoded_len());
         item.encode(buf)
-            .map_err(|e| Status::internal(format!("cannot encode message: {e}")))
+            .map_err(|e| Status::internal(format!("{INTERNAL_ENCODE_FAILED}: {e}")))
     }
 
     fn buffer_settings(&self) -> BufferSettings {

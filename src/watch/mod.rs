@@ -10,15 +10,11 @@
 //! holds up nobody: its stream simply stops polling while writers keep
 //! appending to the log (whose size compaction bounds).
 
+use crate::error::{ERR_DUPLICATE_ID, ERR_EMPTY_RANGE};
 use crate::mvcc::range::in_range;
 use crate::mvcc::{Event, EventKind, Store};
 use bytes::Bytes;
 use std::collections::BTreeMap;
-
-/// etcd's message when a watch range is empty (`key >= range_end`).
-pub const ERR_EMPTY_RANGE: &str = "mvcc: watcher range is empty";
-/// etcd's message when a client reuses a watch ID on the same stream.
-pub const ERR_DUPLICATE_ID: &str = "mvcc: duplicate watch ID provided on the WatchStream";
 
 /// A watch create request, already decoded from the wire.
 #[derive(Debug, Clone, Default)]
