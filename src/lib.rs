@@ -4,19 +4,23 @@
 //!
 //! # Layout
 //! ```text
-//! api/        gRPC adapters (tonic): validate, convert, map errors. Thin.
-//! mvcc/       the store core: revisions, per-key history, Range/Txn/Compact,
-//!             and the revision-ordered change log.
+//! server/     wiring: listeners, TLS, services, shutdown; bootstrap and
+//!             background tasks (lease expiry, auto-compaction, snapshots).
+//! api/        gRPC adapters (tonic): convert, call the core, map errors. Thin.
+//! http.rs     /health, /livez, /readyz, /version, /metrics.
 //! watch/      watch streams: replay from the log, live delivery, progress.
-//! lease/      leases and their expiry; revocation is a store write.
+//! mvcc/       the store core: revisions, per-key history, Range/Txn/Compact,
+//!             leases, the change log, and the one write path (`Store::apply`).
+//! lease/      the lease table and its timers; knows nothing of revisions.
+//! persist/    the optional snapshot file.
 //! error.rs    the one table of etcd errors (code + exact message).
 //! config.rs   command-line flags with etcd's names, `EPHD_*` env vars.
-//! server.rs   listeners, keepalive, TLS, background tasks, shutdown.
 //! proto.rs    etcd's wire format, generated from `proto/`.
 //! ```
-//! A request flows `api` → `mvcc::Store` (which calls into `lease::Lessor`
-//! for attachments) → the change log → `watch` streams. Nothing below `api`
-//! knows about gRPC.
+//! Dependencies run one way: `server` → `api` → `watch` → `mvcc` → `lease`
+//! → `error`. A request flows `api` → `mvcc::Store::apply` (writes) or
+//! `mvcc::Store::range` (reads) → the change log → `watch` streams. Nothing
+//! below `api` knows about gRPC. ARCHITECTURE.md walks a request through.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]

@@ -235,7 +235,7 @@ impl Server {
                 .add_service(AuthServer::new(AuthService(shared)));
             // tonic's `tcp_nodelay` applies only to sockets it accepts itself;
             // with our own listener, Nagle's algorithm would hold small
-            // responses back for a delayed ACK (~40 ms per request).
+            // responses back for the peer's delayed ACK on every request.
             let incoming = TcpListenerStream::new(listener).map(|conn| {
                 conn.and_then(|stream| {
                     stream.set_nodelay(true)?;

@@ -11,6 +11,7 @@ mod etcdctl;
 mod harness;
 mod kubernetes;
 mod kv;
+mod layout;
 mod lease;
 mod maintenance;
 mod operations;
