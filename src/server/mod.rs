@@ -2,6 +2,7 @@
 //! shutdown. What happens before serving is in `bootstrap.rs`; the
 //! background tasks (lease expiry, auto-compaction, snapshots) in `tasks.rs`.
 
+mod accept;
 mod bootstrap;
 mod tasks;
 
@@ -27,8 +28,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tokio_stream::wrappers::TcpListenerStream;
-use tokio_stream::StreamExt;
 
 /// gRPC framing overhead etcd allows on top of `--max-request-bytes`.
 const GRPC_OVERHEAD_BYTES: usize = 512 * 1024;
@@ -233,15 +232,7 @@ impl Server {
                 .add_service(MaintenanceServer::new(MaintenanceService(shared.clone())))
                 .add_service(ClusterServer::new(ClusterService(shared.clone())))
                 .add_service(AuthServer::new(AuthService(shared)));
-            // tonic's `tcp_nodelay` applies only to sockets it accepts itself;
-            // with our own listener, Nagle's algorithm would hold small
-            // responses back for the peer's delayed ACK on every request.
-            let incoming = TcpListenerStream::new(listener).map(|conn| {
-                conn.and_then(|stream| {
-                    stream.set_nodelay(true)?;
-                    Ok(stream)
-                })
-            });
+            let incoming = accept::incoming(listener);
             servers.push(tokio::spawn(async move {
                 router
                     .serve_with_incoming_shutdown(incoming, async move {

@@ -252,11 +252,31 @@ impl Ephd {
     /// Spawns ephd on a free loopback port with `extra_args` appended and
     /// waits until it answers gRPC; panics (with its log) if it never does.
     pub fn start(extra_args: &[&str]) -> Ephd {
+        Self::start_limited(None, extra_args)
+    }
+
+    /// Like [`Ephd::start`], with the process' file-descriptor limit
+    /// (`RLIMIT_NOFILE`) set to `nofile` through the shell's `ulimit`.
+    #[allow(dead_code)]
+    pub fn start_with_nofile(nofile: u32, extra_args: &[&str]) -> Ephd {
+        Self::start_limited(Some(nofile), extra_args)
+    }
+
+    fn start_limited(nofile: Option<u32>, extra_args: &[&str]) -> Ephd {
         let mut failures = Vec::new();
         for _ in 0..START_ATTEMPTS {
             let port = free_port();
             let url = format!("http://127.0.0.1:{port}");
-            let mut cmd = Command::new(env!("CARGO_BIN_EXE_ephd"));
+            let mut cmd = match nofile {
+                None => Command::new(env!("CARGO_BIN_EXE_ephd")),
+                Some(n) => {
+                    // `exec` keeps the PID, so the handle still owns ephd.
+                    let mut sh = Command::new("sh");
+                    sh.args(["-c", &format!("ulimit -n {n} && exec \"$0\" \"$@\"")])
+                        .arg(env!("CARGO_BIN_EXE_ephd"));
+                    sh
+                }
+            };
             cmd.args([
                 "--listen-client-urls",
                 &url,

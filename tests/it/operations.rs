@@ -111,3 +111,57 @@ async fn health_version_and_metrics_endpoints() {
     assert!(value("etcd_mvcc_db_total_size_in_bytes") > 0.0);
     assert!(value("etcd_debugging_mvcc_current_revision") > 1.0);
 }
+
+/// CPU seconds (user + system) a process has used, from `/proc/<pid>/stat`.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("read /proc stat");
+    // Fields after the command name, which is in parentheses.
+    let rest = &stat[stat.rfind(')').expect("comm") + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    ticks as f64 / 100.0 // USER_HZ is 100 on Linux
+}
+
+/// With its file descriptors used up, ephd backs off instead of spinning on
+/// accept errors, says why in its log (once, not per attempt), and serves
+/// again once descriptors are freed.
+#[tokio::test]
+async fn accept_backs_off_when_file_descriptors_run_out() {
+    let ephd = Ephd::start_with_nofile(64, &[]);
+    let pid = ephd.pid();
+    // Every accepted connection costs ephd a descriptor; the rest queue up
+    // in the listen backlog, where each accept attempt fails.
+    let held: Vec<std::net::TcpStream> = (0..120)
+        .map(|_| std::net::TcpStream::connect(("127.0.0.1", ephd.port())).expect("connect"))
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !ephd.logs().contains("cannot accept client connections") {
+        assert!(Instant::now() < deadline, "no warning:\n{}", ephd.logs());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let before = cpu_seconds(pid);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let used = cpu_seconds(pid) - before;
+    assert!(
+        used < 0.5,
+        "ephd used {used:.2} s of CPU in 2 s while it could not accept (a spinning loop uses ~2 s)"
+    );
+    let warnings = ephd
+        .logs()
+        .matches("cannot accept client connections")
+        .count();
+    assert!(warnings <= 2, "rate-limited warning, got {warnings}");
+
+    drop(held);
+    let endpoint = ephd.endpoint();
+    crate::support::within_for(
+        Duration::from_secs(15),
+        "a put once descriptors are free",
+        async {
+            let mut c = crate::harness::connect_client(&endpoint).await;
+            c.put("after", "ok", None).await.expect("put");
+        },
+    )
+    .await;
+    assert!(ephd.logs().contains("accepting client connections again"));
+}
