@@ -132,6 +132,12 @@ impl Error {
     }
 }
 
+/// The text grpc-go (and so etcd) answers a received message over the size
+/// limit with, under `ResourceExhausted`: `found` bytes against `limit`.
+pub fn message_too_large(found: usize, limit: usize) -> String {
+    format!("grpc: received message larger than max ({found} vs. {limit})")
+}
+
 /// Watch create refused: the range is empty (`key >= range_end`). etcd's
 /// `cancel_reason` text.
 pub const ERR_EMPTY_RANGE: &str = "mvcc: watcher range is empty";

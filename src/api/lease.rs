@@ -60,7 +60,11 @@ impl Lease for LeaseService {
                 let req = tokio::select! {
                     msg = inbound.message() => match msg {
                         Ok(Some(req)) => req,
-                        _ => return,
+                        Ok(None) => return,
+                        Err(status) => {
+                            let _ = tx.send(Err(super::limits::as_grpc_go(status))).await;
+                            return;
+                        }
                     },
                     _ = crate::api::stopped(&mut stop) => {
                         let _ = tx.send(Err(super::shutting_down())).await;

@@ -8,6 +8,7 @@ mod cluster;
 mod convert;
 mod kv;
 mod lease;
+mod limits;
 mod maintenance;
 mod watch;
 
@@ -15,6 +16,7 @@ pub use auth::AuthService;
 pub use cluster::ClusterService;
 pub use kv::KvService;
 pub use lease::LeaseService;
+pub use limits::GrpcGoLimits;
 pub use maintenance::MaintenanceService;
 pub use watch::WatchService;
 

@@ -64,7 +64,13 @@ async fn run(shared: Shared, mut inbound: Streaming<pb::WatchRequest>, tx: Tx) {
         let outs = tokio::select! {
             msg = inbound.message() => match msg {
                 Ok(Some(req)) => handle(&shared, &mut ws, req),
-                Ok(None) | Err(_) => return,
+                Ok(None) => return,
+                Err(status) => {
+                    // An oversized or malformed request ends the stream with
+                    // its error, as etcd's does, never with a silent OK.
+                    let _ = tx.send(Err(super::limits::as_grpc_go(status))).await;
+                    return;
+                }
             },
             changed = latest.changed() => {
                 if changed.is_err() {

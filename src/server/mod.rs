@@ -11,8 +11,8 @@ pub use bootstrap::{start_revision, COMPACT_REV_KEY};
 use tasks::{auto_compact, expire_leases, snapshot_loop, write_snapshot};
 
 use crate::api::{
-    AuthService, ClusterService, KvService, LeaseService, MaintenanceService, ServerInfo, Shared,
-    WatchService,
+    AuthService, ClusterService, GrpcGoLimits, KvService, LeaseService, MaintenanceService,
+    ServerInfo, Shared, WatchService,
 };
 use crate::config::{listen_addr, AutoCompaction, Config};
 use crate::metrics::Metrics;
@@ -212,6 +212,7 @@ impl Server {
                     .map_err(|e| format!("invalid TLS settings: {e}"))?;
             }
             let router = builder
+                .layer(GrpcGoLimits)
                 .max_concurrent_streams(Some(u32::MAX))
                 .http2_keepalive_interval(Some(Duration::from_secs(2 * 3600)))
                 .http2_keepalive_timeout(Some(Duration::from_secs(20)))

@@ -13,6 +13,7 @@ mod kubernetes;
 mod kv;
 mod layout;
 mod lease;
+mod limits;
 mod maintenance;
 mod operations;
 mod restart;
