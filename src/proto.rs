@@ -40,3 +40,4 @@ pub mod v3electionpb {
 
 /// The gRPC message codec of every service and client in [`crate::proto`].
 pub mod codec;
+pub mod nesting;

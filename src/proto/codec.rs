@@ -1,6 +1,8 @@
 //! The protobuf codec the generated services and clients use.
 //!
-//! It is tonic-prost's codec with one change: before encoding a message it
+//! It is tonic-prost's codec with two changes. Before decoding a
+//! TxnRequest it checks how deeply the txn nests (see [`super::nesting`]),
+//! since prost's own recursion limit is off. Before encoding a message it
 //! reserves the message's exact encoded length in the output buffer. tonic's
 //! buffer starts at 8 KiB and doubles as a message is written into it, so a
 //! large Range response was copied again on every doubling, a sizeable share
@@ -8,10 +10,14 @@
 //! Computing the length first costs one extra pass over the message's fields,
 //! not over its bytes.
 
-use crate::error::INTERNAL_ENCODE_FAILED;
+use super::etcdserverpb::TxnRequest;
+use super::nesting::{txn_depth, MAX_TXN_DEPTH};
+use crate::error::{Error, INTERNAL_ENCODE_FAILED};
+use bytes::Buf;
 use prost::Message;
+use std::any::TypeId;
 use std::marker::PhantomData;
-use tonic::codec::{BufferSettings, Codec, EncodeBuf, Encoder};
+use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::Status;
 
 /// A [`Codec`] for prost messages that sizes its encode buffer exactly.
@@ -36,7 +42,7 @@ where
     type Encode = T;
     type Decode = U;
     type Encoder = ExactEncoder<T>;
-    type Decoder = tonic_prost::ProstDecoder<U>;
+    type Decoder = CheckedDecoder<U>;
 
     fn encoder(&mut self) -> Self::Encoder {
         ExactEncoder {
@@ -45,7 +51,42 @@ where
     }
 
     fn decoder(&mut self) -> Self::Decoder {
-        tonic_prost::ProstCodec::<T, U>::raw_decoder(BufferSettings::default())
+        CheckedDecoder {
+            _message: PhantomData,
+        }
+    }
+}
+
+/// Decodes one prost message; a TxnRequest only after its nesting depth is
+/// known to be within [`MAX_TXN_DEPTH`].
+#[derive(Debug, Clone)]
+pub struct CheckedDecoder<U> {
+    _message: PhantomData<U>,
+}
+
+impl<U: Message + Default + 'static> Decoder for CheckedDecoder<U> {
+    type Item = U;
+    type Error = Status;
+
+    fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<U>, Status> {
+        let decoded = if TypeId::of::<U>() == TypeId::of::<TxnRequest>() {
+            // The scan needs the message in one slice; it usually is.
+            let bytes = buf.copy_to_bytes(buf.remaining());
+            if txn_depth(&bytes, MAX_TXN_DEPTH).is_some_and(|d| d > MAX_TXN_DEPTH) {
+                return Err(Status::invalid_argument(Error::TooManyOps.message()));
+            }
+            U::decode(bytes)
+        } else {
+            U::decode(buf)
+        };
+        // The same answer as tonic-prost's decoder for malformed input.
+        decoded
+            .map(Some)
+            .map_err(|e| Status::internal(e.to_string()))
+    }
+
+    fn buffer_settings(&self) -> BufferSettings {
+        BufferSettings::default()
     }
 }
 

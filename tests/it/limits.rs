@@ -81,3 +81,92 @@ async fn oversized_messages_get_etcds_resource_exhausted() {
         .expect("in time")
         .expect("put");
 }
+
+/// A txn nested `depth` deep: each level's success or failure branch holds
+/// the next txn; the innermost puts `key`.
+fn nested_txn(depth: usize, key: &str) -> ephd::proto::etcdserverpb::TxnRequest {
+    use ephd::proto::etcdserverpb::{request_op::Request, RequestOp, TxnRequest};
+    let mut txn = TxnRequest {
+        success: vec![RequestOp {
+            request: Some(Request::RequestPut(PutRequest {
+                key: key.as_bytes().to_vec().into(),
+                value: b"deep".to_vec().into(),
+                ..Default::default()
+            })),
+        }],
+        ..Default::default()
+    };
+    for _ in 1..depth {
+        txn = TxnRequest {
+            success: vec![RequestOp {
+                request: Some(Request::RequestTxn(txn)),
+            }],
+            ..Default::default()
+        };
+    }
+    txn
+}
+
+/// Sends a deeply nested txn. Encoding (and dropping) it recurses once per
+/// level, so the client runs on a thread with a large stack.
+fn send_nested(endpoint: &str, depth: usize) -> Result<(i64, bool), (tonic::Code, String)> {
+    let endpoint = endpoint.to_string();
+    std::thread::Builder::new()
+        .stack_size(256 << 20)
+        .spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                let mut kv = KvClient::new(connect_channel(&endpoint).await);
+                let what = format!("txn nested {depth} deep");
+                let resp = within(&what, kv.txn(nested_txn(depth, "deep"))).await;
+                resp.map(|r| {
+                    let r = r.into_inner();
+                    (r.header.map_or(0, |h| h.revision), r.succeeded)
+                })
+                .map_err(|s| (s.code(), s.message().to_string()))
+            })
+        })
+        .unwrap()
+        .join()
+        .unwrap()
+}
+
+/// etcd lets a nested txn spend what is left of `--max-txn-ops` after its
+/// parent's ops, so with the default 128 a txn nests at most ~128 deep and
+/// deeper ones get "too many operations". ephd answers the same, and bounds
+/// what it decodes at all (`MAX_TXN_DEPTH`) so no depth can exhaust a stack.
+#[tokio::test]
+async fn deeply_nested_txns_are_answered_like_etcd_and_bounded() {
+    let etcd = StockEtcd::start();
+    let ephd = ephd(&[]);
+    for depth in [60, 100, 128, 129, 130, 200] {
+        let want = send_nested(&etcd.endpoint(), depth);
+        assert_eq!(send_nested(&ephd.endpoint(), depth), want, "depth {depth}");
+    }
+    assert!(send_nested(&etcd.endpoint(), 100).is_ok());
+    let too_many = Err((
+        tonic::Code::InvalidArgument,
+        "etcdserver: too many operations in txn request".to_string(),
+    ));
+    assert_eq!(send_nested(&etcd.endpoint(), 200), too_many);
+    let max = ephd::proto::nesting::MAX_TXN_DEPTH;
+    assert_eq!(send_nested(&ephd.endpoint(), max + 1), too_many);
+    assert_eq!(
+        send_nested(&ephd.endpoint(), 1_000),
+        too_many,
+        "refused before decoding, however deep"
+    );
+
+    // With a larger op budget, the deepest txn ephd decodes is served: the
+    // server's stacks hold it.
+    let roomy = crate::support::ephd(&["--max-txn-ops", "100000"]);
+    let at_max = send_nested(&roomy.endpoint(), max);
+    assert!(matches!(at_max, Ok((_, true))), "{at_max:?}");
+    assert_eq!(send_nested(&roomy.endpoint(), max + 1), too_many);
+    let mut c = crate::harness::connect_client(&roomy.endpoint()).await;
+    let got = c.get("deep", None).await.expect("get");
+    assert_eq!(got.kvs()[0].value(), b"deep");
+}
