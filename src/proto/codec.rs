@@ -69,15 +69,22 @@ impl<U: Message + Default + 'static> Decoder for CheckedDecoder<U> {
     type Error = Status;
 
     fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<U>, Status> {
-        let decoded = if TypeId::of::<U>() == TypeId::of::<TxnRequest>() {
-            // The scan needs the message in one slice; it usually is.
+        let too_deep =
+            |bytes: &[u8]| txn_depth(bytes, MAX_TXN_DEPTH).is_some_and(|d| d > MAX_TXN_DEPTH);
+        let decoded = if TypeId::of::<U>() != TypeId::of::<TxnRequest>() {
+            U::decode(buf)
+        } else if buf.chunk().len() == buf.remaining() {
+            // The usual case: the message is in one slice, scanned in place.
+            if too_deep(buf.chunk()) {
+                return Err(Status::invalid_argument(Error::TooManyOps.message()));
+            }
+            U::decode(buf)
+        } else {
             let bytes = buf.copy_to_bytes(buf.remaining());
-            if txn_depth(&bytes, MAX_TXN_DEPTH).is_some_and(|d| d > MAX_TXN_DEPTH) {
+            if too_deep(&bytes) {
                 return Err(Status::invalid_argument(Error::TooManyOps.message()));
             }
             U::decode(bytes)
-        } else {
-            U::decode(buf)
         };
         // The same answer as tonic-prost's decoder for malformed input.
         decoded
