@@ -63,7 +63,12 @@ pub enum Error {
     /// LeaseKeepAlive). Unavailable, so clients reconnect and resume instead
     /// of treating it as final.
     StreamShutdown,
-    /// Every Auth RPC except AuthStatus: auth is always disabled.
+    /// Authenticate while auth is disabled (always, for now). Clients
+    /// configured with a user name call Authenticate first and carry on
+    /// without a token on exactly this answer.
+    AuthNotEnabled,
+    /// Every Auth RPC except AuthStatus and Authenticate: auth is always
+    /// disabled.
     AuthUnsupported,
     /// MemberAdd, MemberRemove, MemberUpdate, MemberPromote: ephd is always
     /// a single member.
@@ -90,7 +95,7 @@ impl Error {
             | Error::RequestTooLarge => Code::InvalidArgument,
             Error::Compacted | Error::FutureRev | Error::LeaseTtlTooLarge => Code::OutOfRange,
             Error::LeaseNotFound => Code::NotFound,
-            Error::LeaseExist => Code::FailedPrecondition,
+            Error::LeaseExist | Error::AuthNotEnabled => Code::FailedPrecondition,
             Error::Stopped | Error::StreamShutdown => Code::Unavailable,
             Error::AuthUnsupported
             | Error::MembershipUnsupported
@@ -119,6 +124,7 @@ impl Error {
             Error::RequestTooLarge => "etcdserver: request is too large",
             Error::Stopped => "etcdserver: server stopped",
             Error::StreamShutdown => "ephd: server is shutting down",
+            Error::AuthNotEnabled => "etcdserver: authentication is not enabled",
             Error::AuthUnsupported => {
                 "ephd: authentication is not supported (auth is always disabled)"
             }
@@ -249,6 +255,11 @@ mod tests {
                 Error::StreamShutdown,
                 Code::Unavailable,
                 "ephd: server is shutting down",
+            ),
+            (
+                Error::AuthNotEnabled,
+                Code::FailedPrecondition,
+                "etcdserver: authentication is not enabled",
             ),
             (
                 Error::AuthUnsupported,

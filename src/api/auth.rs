@@ -1,13 +1,16 @@
 //! The Auth service. ephd serves without authentication: AuthStatus says
-//! so, and every other Auth RPC answers Unimplemented with a clear message
-//! rather than pretending to store users and roles.
+//! so, Authenticate gets etcd's answer for an auth-disabled server (which
+//! clients configured with a user name tolerate), and every other Auth RPC
+//! answers Unimplemented with a clear message rather than pretending to
+//! store users and roles.
 
 use super::{status, Shared};
 use crate::error::Error;
 use crate::proto::etcdserverpb::{self as pb, auth_server::Auth};
 use tonic::{Request, Response, Status};
 
-/// Serves AuthStatus; the rest of the Auth service is not implemented.
+/// Serves AuthStatus and Authenticate; the rest of the Auth service is not
+/// implemented.
 pub struct AuthService(pub Shared);
 
 #[tonic::async_trait]
@@ -42,7 +45,8 @@ impl Auth for AuthService {
         &self,
         _r: Request<pb::AuthenticateRequest>,
     ) -> Result<Response<pb::AuthenticateResponse>, Status> {
-        Err(status(Error::AuthUnsupported))
+        // etcd's answer on an auth-disabled server, which clients tolerate.
+        Err(status(Error::AuthNotEnabled))
     }
 
     async fn user_add(

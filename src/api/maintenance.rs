@@ -53,10 +53,8 @@ impl Maintenance for MaintenanceService {
         &self,
         _r: Request<pb::DefragmentRequest>,
     ) -> Result<Response<pb::DefragmentResponse>, Status> {
-        let Shared { store, info, .. } = &self.0;
-        Ok(Response::new(pb::DefragmentResponse {
-            header: info.header(store.current_revision()),
-        }))
+        // Nothing to defragment in memory; etcd's answer carries no header.
+        Ok(Response::new(pb::DefragmentResponse { header: None }))
     }
 
     async fn hash(

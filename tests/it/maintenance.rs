@@ -199,3 +199,46 @@ async fn auth_is_disabled_and_unsupported_rpcs_are_unimplemented() {
         .unwrap();
     assert_eq!((all.count(), rev(all.header())), (0, 1));
 }
+
+/// What an auth-disabled server answers to Authenticate (clients configured
+/// with a user name call it first and tolerate exactly this answer), and
+/// whether Defragment's answer carries a header: the same on ephd as on
+/// stock etcd.
+#[tokio::test]
+async fn authenticate_and_defragment_answer_like_etcd() {
+    use ephd::proto::etcdserverpb::{
+        maintenance_client::MaintenanceClient, AuthenticateRequest, DefragmentRequest,
+    };
+    async fn answers(endpoint: &str) -> (Option<(tonic::Code, String)>, bool) {
+        let channel = crate::harness::connect_channel(endpoint).await;
+        let auth = within(
+            "authenticate",
+            AuthClient::new(channel.clone()).authenticate(AuthenticateRequest {
+                name: "root".into(),
+                password: "secret".into(),
+            }),
+        )
+        .await
+        .err()
+        .map(|s| (s.code(), s.message().to_string()));
+        let defrag = within(
+            "defragment",
+            MaintenanceClient::new(channel).defragment(DefragmentRequest {}),
+        )
+        .await
+        .expect("defragment succeeds")
+        .into_inner();
+        (auth, defrag.header.is_some())
+    }
+    let etcd = crate::harness::StockEtcd::start();
+    let ephd = crate::support::ephd(&[]);
+    let want = answers(&etcd.endpoint()).await;
+    assert_eq!(
+        want.0,
+        Some((
+            tonic::Code::FailedPrecondition,
+            "etcdserver: authentication is not enabled".to_string()
+        ))
+    );
+    assert_eq!(answers(&ephd.endpoint()).await, want);
+}
