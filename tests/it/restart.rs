@@ -7,7 +7,9 @@
 //!   watches are canceled as compacted), and unknown lease IDs are adopted;
 //! * with `--data-dir`: a rolling restart mid-traffic loses no acknowledged
 //!   write, keys keep their revisions/versions/leases, leases keep counting
-//!   down; damaged snapshots are never restored in part.
+//!   down; damaged snapshots are never restored in part (`recovery`).
+
+mod recovery;
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
