@@ -50,23 +50,36 @@ pub struct Config {
     )]
     pub watch_progress_notify_interval: Duration,
 
-    /// Directory for the optional snapshot (keys, leases, revision high-water
-    /// mark). Without it ephd keeps everything in memory only.
+    /// Directory for the optional snapshots (keys, leases, revision; the
+    /// newest two are kept) and the revision state file. Without it ephd
+    /// keeps everything in memory only.
     #[arg(long, env = "EPHD_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
 
-    /// How often to write the snapshot when `--data-dir` is set (it is also
-    /// written on SIGTERM/SIGINT); 0 writes only on shutdown.
+    /// How often to write a snapshot when `--data-dir` is set (one is also
+    /// written on SIGTERM/SIGINT); 0 writes only on shutdown. A crash loses
+    /// the writes since the last snapshot.
     #[arg(long, env = "EPHD_SNAPSHOT_INTERVAL", default_value = "30s", value_parser = parse_duration)]
     pub snapshot_interval: Duration,
 
-    /// Start above every revision ever issued (restored high-water mark plus a
-    /// margin, or a wall-clock-derived revision), mark everything below as
-    /// compacted and create `compact_rev_key`, so kube-apiserver never sees
-    /// revisions go backwards across restarts. `false` starts at revision 1
-    /// like a fresh etcd.
+    /// Start above every revision ever issued (the revision state file in
+    /// `--data-dir`, the snapshots' revisions plus a margin, and a
+    /// wall-clock-derived revision), mark everything below as compacted and
+    /// create `compact_rev_key`, so kube-apiserver never sees revisions go
+    /// backwards across restarts. `false` starts at revision 1 (or the
+    /// snapshot's revision) like etcd, implies `--strict-restore`, and is
+    /// refused when the previous run held kube-apiserver's `compact_rev_key`
+    /// and this start would lose it.
     #[arg(long, env = "EPHD_REVISION_CONTINUITY", default_value_t = true, action = clap::ArgAction::Set)]
     pub revision_continuity: bool,
+
+    /// Refuse to start when the newest snapshot in `--data-dir` (or the
+    /// revision state file) cannot be read, leaving every file as it is.
+    /// Without it, ephd moves the damaged file aside, restores the next
+    /// older snapshot or starts empty above every known revision, and logs
+    /// an ERROR saying what was lost.
+    #[arg(long, env = "EPHD_STRICT_RESTORE", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub strict_restore: bool,
 
     /// Adopt a lease ID that a put names but ephd does not know, with this TTL
     /// in seconds, instead of failing with "requested lease not found"

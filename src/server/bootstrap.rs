@@ -1,47 +1,203 @@
-//! What happens before the server serves: the snapshot restored, the start
-//! revision chosen, and kube-apiserver's compaction key created.
+//! What happens before the server serves: the newest readable snapshot
+//! restored, the start revision chosen, kube-apiserver's compaction key
+//! created, and the revision state written.
+//!
+//! # Recovery rules (`--data-dir`)
+//! * The newest snapshot generation that reads intact is restored, all of
+//!   it; a damaged one is never restored in part.
+//! * Default (Kubernetes-safe) mode: a damaged generation is moved aside
+//!   (`*.corrupt-<time>`, never overwritten or removed) with an ERROR
+//!   saying what it was and what is lost, and the next older one is tried.
+//!   If none is left, ephd starts empty above the highest revision known
+//!   from any source (generation names, the state file, the wall clock)
+//!   with an ERROR saying that every key and lease was lost. Kubernetes
+//!   recovers from that (kubelets re-create leases within seconds, events
+//!   are expendable, watchers relist after "compacted"); it does not
+//!   recover from revisions going backwards or an ephd that never starts.
+//! * `--strict-restore`, and `--revision-continuity=false` (the closest
+//!   thing to an exact-etcd mode today: etcd never loses acknowledged
+//!   data, so continuing without it would not be etcd's behaviour): if the
+//!   newest generation is damaged, ephd refuses to start and moves nothing,
+//!   so retrying (a kubelet restarting the pod) cannot quietly fall back to
+//!   an older generation. A damaged state file is handled the same way.
+//! * Errors that are not the file's content (permissions, I/O) always
+//!   refuse to start: the file may be fine.
+//!
+//! # `--revision-continuity=false` after kube-apiserver's compaction key
+//! kube-apiserver's compactor reads `compact_rev_key` after a failed
+//! compare and indexes the first result: if the key disappears (a restart
+//! that starts empty at revision 1), every apiserver panics in a loop. When
+//! the state file shows the previous run had the key and this start would
+//! not have it (no snapshot restored, or one without it), ephd refuses to
+//! start and says why: one process refusing with a reason is a smaller
+//! failure than every apiserver crashing with an index-out-of-range, and the
+//! fix is one flag (or removing the state file on purpose). When the key is
+//! restored, ephd starts but warns that the previous run kept revision
+//! continuity. Without `--data-dir` nothing is known at start; the running
+//! server warns once the key is written (see `revisions.rs`).
 
+use super::revisions::{
+    has_compact_rev_key, start_revision, Known, RevisionGuard, COMPACT_REV_KEY, RESERVE_AHEAD,
+};
 use crate::config::Config;
 use crate::lease::LessorConfig;
 use crate::mvcc::{PutRequest, RangeRequest, Store, StoreConfig};
-use crate::persist;
+use crate::persist::{self, Damaged, ReadError, RecoverError, Recovery, RevisionState};
 use bytes::Bytes;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::path::Path;
 
-/// Revisions a restored high-water mark is bumped by: covers writes made
-/// after the last periodic snapshot before a crash.
-const RESTORE_MARGIN: i64 = 10_000_000;
-/// Revisions per millisecond of wall clock in the derived start revision: a
-/// previous run would need to average more than a million writes per second
-/// to have issued a revision above the next run's start.
-const REVISIONS_PER_MS: i64 = 1_000;
-/// The key kube-apiserver's compactor coordinates through.
-pub const COMPACT_REV_KEY: &str = "compact_rev_key";
-/// The revision a fresh store starts at; see `--revision-continuity`.
-pub fn start_revision(continuity: bool, restored: Option<i64>) -> i64 {
-    let restored = restored.unwrap_or(0);
-    if !continuity {
-        return restored.max(1);
-    }
-    let wall_ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0);
-    (wall_ms.saturating_mul(REVISIONS_PER_MS)).max(restored.saturating_add(RESTORE_MARGIN))
+/// The store, ready to serve, and what keeps its revisions safe.
+pub(super) struct Boot {
+    pub store: Store,
+    pub guard: RevisionGuard,
 }
 
-/// Builds the store: restores the snapshot if there is one, picks the start
-/// revision, and creates `compact_rev_key` when revisions continue.
-pub(super) fn build_store(config: &Config) -> Result<Store, String> {
-    let restored = match &config.data_dir {
-        Some(dir) => persist::read(dir)
-            .map_err(|e| format!("cannot read snapshot in {}: {e}", dir.display()))?,
-        None => None,
+fn describe(d: &Damaged) -> String {
+    let rev = d.revision.map_or("unknown".into(), |r| r.to_string());
+    match &d.moved_to {
+        Some(to) => format!(
+            "{} (revision {rev}): {}; moved aside to {}",
+            d.path.display(),
+            d.reason,
+            to.display()
+        ),
+        None => format!("{} (revision {rev}): {}", d.path.display(), d.reason),
+    }
+}
+
+/// Restores the snapshot generations of `dir` by the rules above.
+fn recover_snapshots(dir: &Path, strict: bool, wall_ms: i64) -> Result<Recovery, String> {
+    persist::recover(dir, strict, wall_ms).map_err(|e| match e {
+        RecoverError::Io(e) => format!("cannot restore from {}: {e}", dir.display()),
+        RecoverError::Refused(d) => format!(
+            "refusing to start: the newest snapshot is damaged: {}. With --strict-restore or \
+             --revision-continuity=false ephd restores the newest snapshot or nothing; nothing \
+             was changed. To start anyway, move the file aside yourself (ephd then restores the \
+             next older generation, if any), or start once without --strict-restore and with \
+             revision continuity, which moves it aside itself",
+            describe(&d)
+        ),
+    })
+}
+
+/// Reads the state file; a damaged one is moved aside (default mode) or
+/// refuses the start (strict).
+fn read_state(dir: &Path, strict: bool, wall_ms: i64) -> Result<Option<RevisionState>, String> {
+    let path = dir.join(persist::STATE_FILE);
+    match persist::state::read(dir) {
+        Ok(s) => Ok(s),
+        Err(ReadError::Io(e)) => Err(format!("cannot read {}: {e}", path.display())),
+        Err(ReadError::Damaged { reason, .. }) if strict => Err(format!(
+            "refusing to start: the revision state file {} is damaged: {reason}; nothing was \
+             changed (move it aside to start anyway)",
+            path.display()
+        )),
+        Err(ReadError::Damaged { reason, .. }) => {
+            let moved = persist::move_aside(&path, wall_ms)
+                .map_err(|e| format!("cannot move {} aside: {e}", path.display()))?;
+            tracing::error!(
+                path = %path.display(),
+                moved_to = %moved.display(),
+                reason,
+                "the revision state file is damaged; moved aside. The start revision is taken \
+                 from the snapshots and the wall clock only"
+            );
+            Ok(None)
+        }
+    }
+}
+
+/// The `--revision-continuity=false` checks against the previous run's
+/// state (see the module docs).
+fn check_continuity_off(prev: Option<RevisionState>, key_restored: bool) -> Result<(), String> {
+    let Some(prev) = prev else { return Ok(()) };
+    if prev.compact_rev_key && !key_restored {
+        return Err(format!(
+            "refusing to start: the previous run held kube-apiserver's {COMPACT_REV_KEY} (its \
+             state file says so), but this start restores no snapshot with it and has \
+             --revision-continuity=false, so it would start at revision 1 without the key. \
+             kube-apiserver's compactor panics when {COMPACT_REV_KEY} disappears, and its \
+             watch caches break when revisions go backwards. Run with \
+             --revision-continuity=true (the default), or remove {} to start from revision 1 \
+             on purpose",
+            persist::STATE_FILE
+        ));
+    }
+    if prev.continuity {
+        tracing::warn!(
+            "the previous run had revision continuity and this one has \
+             --revision-continuity=false: revisions continue from the snapshot only, so writes \
+             lost in a crash will have their revisions issued again; kube-apiserver relies on \
+             continuity and on {COMPACT_REV_KEY} never disappearing"
+        );
+    }
+    Ok(())
+}
+
+/// Logs what a recovery lost.
+fn report_losses(recovery: &Recovery, prev: Option<RevisionState>, start: i64) {
+    let lost = recovery.damaged.iter().map(describe).collect::<Vec<_>>();
+    let newest_damaged = recovery
+        .damaged
+        .iter()
+        .filter_map(|d| d.revision)
+        .max()
+        .map_or("unknown".to_string(), |r| r.to_string());
+    match (&recovery.restored, lost.is_empty()) {
+        (Some((path, r)), false) => tracing::error!(
+            restored = %path.display(),
+            restored_revision = r.revision,
+            damaged = ?lost,
+            "newer snapshots are damaged: restored an older one. Writes after revision {} up to \
+             revision {newest_damaged} (and any after it) are LOST",
+            r.revision,
+        ),
+        (None, false) => tracing::error!(
+            start_revision = start,
+            damaged = ?lost,
+            "no snapshot could be read: starting EMPTY. Every key and lease of the previous \
+             run is LOST (its newest snapshot was at revision {newest_damaged}); the damaged \
+             files are kept for inspection",
+        ),
+        (None, true) if prev.is_some() => tracing::warn!(
+            used_up_to = prev.map(|s| s.used_up_to),
+            "the revision state file shows an earlier run but there is no snapshot (it \
+             stopped before its first snapshot, or the snapshots were removed): starting empty"
+        ),
+        _ => {}
+    }
+}
+
+/// Builds the store as of wall-clock time `wall_ms`: restores the newest
+/// readable snapshot, picks the start revision, creates `compact_rev_key`
+/// when revisions continue, and writes the revision state before anything
+/// is served.
+pub(super) fn build_store(config: &Config, wall_ms: i64) -> Result<Boot, String> {
+    let continuity = config.revision_continuity;
+    let strict = config.strict_restore || !continuity;
+    let (recovery, prev) = match &config.data_dir {
+        Some(dir) => (
+            recover_snapshots(dir, strict, wall_ms)?,
+            read_state(dir, strict, wall_ms)?,
+        ),
+        None => (Recovery::default(), None),
     };
-    let start = start_revision(
-        config.revision_continuity,
-        restored.as_ref().map(|r| r.revision),
-    );
+    let restored = recovery.restored.as_ref().map(|(_, r)| r);
+    let key_restored = restored.is_some_and(|r| {
+        r.kvs
+            .binary_search_by(|kv| kv.key.as_ref().cmp(COMPACT_REV_KEY.as_bytes()))
+            .is_ok()
+    });
+    if !continuity {
+        check_continuity_off(prev, key_restored)?;
+    }
+    let known = Known {
+        snapshot: restored.map(|r| r.revision),
+        named: recovery.highest_named,
+        state: prev.map(|s| s.used_up_to),
+    };
+    let start = start_revision(continuity, &known, wall_ms);
+    report_losses(&recovery, prev, start);
     let adopt = (config.lease_adopt_unknown_ttl > 0).then_some(config.lease_adopt_unknown_ttl);
     let store = Store::new(StoreConfig {
         max_txn_ops: config.max_txn_ops,
@@ -51,17 +207,17 @@ pub(super) fn build_store(config: &Config) -> Result<Store, String> {
             ..LessorConfig::default()
         },
     });
-    if let Some(r) = restored {
+    if let Some((path, r)) = recovery.restored {
         tracing::info!(
+            path = %path.display(),
             keys = r.kvs.len(),
             leases = r.leases.len(),
-            high_water_mark = r.revision,
-            complete = r.complete,
+            revision = r.revision,
             "restored snapshot"
         );
         store.load(r.kvs, r.leases);
     }
-    if config.revision_continuity {
+    if continuity {
         let key = Bytes::from_static(COMPACT_REV_KEY.as_bytes());
         let existing = store
             .range(&RangeRequest {
@@ -83,5 +239,26 @@ pub(super) fn build_store(config: &Config) -> Result<Store, String> {
             "revisions continue above every earlier run; older ones read as compacted"
         );
     }
-    Ok(store)
+    let guard = RevisionGuard {
+        dir: config.data_dir.clone(),
+        state: RevisionState {
+            used_up_to: store.current_revision().saturating_add(RESERVE_AHEAD),
+            continuity,
+            compact_rev_key: has_compact_rev_key(&store),
+        },
+        dirty: false,
+    };
+    if let Some(dir) = &guard.dir {
+        persist::state::write(dir, &guard.state, wall_ms).map_err(|e| {
+            format!(
+                "cannot write the revision state {}: {e}",
+                dir.join(persist::STATE_FILE).display()
+            )
+        })?;
+    }
+    Ok(Boot { store, guard })
 }
+
+#[cfg(test)]
+#[path = "bootstrap_tests.rs"]
+mod tests;

@@ -4,10 +4,12 @@
 
 mod accept;
 mod bootstrap;
+pub mod revisions;
 mod tasks;
 
 use bootstrap::build_store;
-pub use bootstrap::{start_revision, COMPACT_REV_KEY};
+use revisions::{guard_revisions, RevisionGuard};
+pub use revisions::{start_revision, COMPACT_REV_KEY};
 use tasks::{auto_compact, expire_leases, snapshot_loop, write_snapshot};
 
 use crate::api::{
@@ -42,6 +44,7 @@ pub struct Server {
     http_listeners: Vec<Bound>,
     tls: Option<tonic::transport::ServerTlsConfig>,
     config: Config,
+    guard: RevisionGuard,
 }
 
 /// A bound listener and whether it serves TLS.
@@ -95,7 +98,8 @@ impl Server {
     /// Restores state, builds the store and binds every listen URL. Fails
     /// (without panicking) on bad URLs, ports in use or unreadable snapshots.
     pub async fn bind(config: Config) -> Result<Server, String> {
-        let store = Arc::new(build_store(&config)?);
+        let boot = build_store(&config, crate::persist::wall_clock_ms())?;
+        let store = Arc::new(boot.store);
         let mut info = ServerInfo::new(&config.name, config.advertised_urls());
         info.max_request_bytes = config.max_request_bytes;
         info.progress_notify_interval = if config.watch_progress_notify_interval.is_zero() {
@@ -130,6 +134,7 @@ impl Server {
             http_listeners,
             tls,
             config,
+            guard: boot.guard,
         })
     }
 
@@ -171,6 +176,10 @@ impl Server {
                 stop_rx.clone(),
             ))),
         };
+        let guard = self
+            .guard
+            .needed()
+            .then(|| tokio::spawn(guard_revisions(store.clone(), self.guard, stop_rx.clone())));
         let snapshots = self.config.data_dir.clone().map(|dir| {
             tokio::spawn(snapshot_loop(
                 store.clone(),
@@ -259,6 +268,9 @@ impl Server {
         expiry.abort();
         if let Some(c) = compactor {
             c.abort();
+        }
+        if let Some(g) = guard {
+            let _ = g.await;
         }
         // Every request that got an answer is applied by now; fence off any
         // straggler so the final snapshot holds every acknowledged write.

@@ -28,13 +28,14 @@ pub(super) async fn write_snapshot(
         let started = Instant::now();
         let (rev, kvs) = store.live_kvs();
         let leases = store.leases_for_snapshot();
-        let bytes = persist::write(&dir, rev, &kvs, &leases)
+        let written = persist::write(&dir, rev, &kvs, &leases, persist::wall_clock_ms())
             .map_err(|e| format!("cannot write snapshot to {}: {e}", dir.display()))?;
         tracing::info!(
             revision = rev,
             keys = kvs.len(),
             leases = leases.len(),
-            bytes,
+            bytes = written.bytes,
+            pruned = written.pruned.len(),
             elapsed_ms = started.elapsed().as_millis() as u64,
             "snapshot written"
         );

@@ -7,11 +7,12 @@
 //!   watches are canceled as compacted), and unknown lease IDs are adopted;
 //! * with `--data-dir`: a rolling restart mid-traffic loses no acknowledged
 //!   write, keys keep their revisions/versions/leases, leases keep counting
-//!   down; a damaged snapshot restores its intact prefix or is refused.
+//!   down; damaged snapshots are never restored in part (`recovery`).
+
+mod recovery;
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
-use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -178,9 +179,8 @@ impl Drop for Proc {
     }
 }
 
-/// The revision of the last "snapshot written" line in ephd's log.
-fn logged_snapshot_revision(logs: &str) -> i64 {
-    // Drop ANSI colour sequences (ESC [ ... m).
+/// `logs` without ANSI colour sequences (ESC [ ... m).
+fn plain(logs: &str) -> String {
     let mut plain = String::with_capacity(logs.len());
     let mut chars = logs.chars();
     while let Some(c) = chars.next() {
@@ -194,6 +194,12 @@ fn logged_snapshot_revision(logs: &str) -> i64 {
             plain.push(c);
         }
     }
+    plain
+}
+
+/// The revision of the last "snapshot written" line in ephd's log.
+fn logged_snapshot_revision(logs: &str) -> i64 {
+    let plain = plain(logs);
     let line = plain
         .lines()
         .rev()
@@ -848,157 +854,4 @@ async fn rolling_restart(mid_traffic: bool) {
             assert_eq!(e.prev_kv.as_ref().expect("prev_kv").lease, short);
         }
     });
-}
-
-/// Runs an ephd with a data dir, writes `n` leased events and some plain
-/// keys, stops it with SIGTERM and returns the snapshot's bytes and the
-/// keys as they were (in key order).
-async fn make_snapshot(dir: &Path) -> (Vec<u8>, Vec<KeyValue>, i64, i64) {
-    let dir_arg = dir.to_str().expect("utf-8").to_string();
-    let mut a = Proc::start(free_port(), &["--data-dir", &dir_arg]).await;
-    let api = Apiserver::connect(&a.endpoint()).await;
-    let lease = api.grant(EVENT_LEASE_TTL).await;
-    for i in 0..200 {
-        let (key, l) = if i % 2 == 0 {
-            (format!("{EVENTS}default/ev-{i:04}"), lease)
-        } else {
-            (node_key(i), 0)
-        };
-        api.create(&key, format!("k8s\x00value {i}").as_bytes(), l)
-            .await
-            .expect("Txn")
-            .expect("new");
-    }
-    let mut kvs = api.list(EVENTS, 0, 0).await.expect("list").kvs;
-    kvs.extend(api.list(LEASES, 0, 0).await.expect("list").kvs);
-    let (_, cr) = api.get(COMPACT_REV_KEY).await.expect("get");
-    kvs.push(cr.expect("compact_rev_key"));
-    kvs.sort_by(|a, b| a.key.cmp(&b.key));
-    let rev = api.current_rv(LEASES).await;
-    a.sigterm().await;
-    let bytes = std::fs::read(dir.join("ephd.snap")).expect("snapshot file written on SIGTERM");
-    (bytes, kvs, lease, rev)
-}
-
-async fn all_keys(api: &Apiserver) -> Vec<KeyValue> {
-    let resp = api
-        .range(pb::RangeRequest {
-            key: b("\0"),
-            range_end: b("\0"),
-            ..Default::default()
-        })
-        .await
-        .expect("range all");
-    resp.kvs
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn damaged_snapshots_restore_their_intact_prefix_or_are_refused() {
-    let base = tempfile::tempdir().expect("tempdir");
-    let (bytes, kvs, lease, rev) = make_snapshot(&base.path().join("orig")).await;
-    let write = |name: &str, data: &[u8]| {
-        let d = base.path().join(name);
-        std::fs::create_dir_all(&d).expect("mkdir");
-        std::fs::write(d.join("ephd.snap"), data).expect("write snapshot");
-        d.to_str().expect("utf-8").to_string()
-    };
-
-    // The intact snapshot restores everything, revisions included.
-    let full = write("full", &bytes);
-    // Cut in the middle of a record.
-    let truncated = write("truncated", &bytes[..bytes.len() * 11 / 20]);
-    // One byte flipped in the middle.
-    let mut flipped = bytes.clone();
-    let mid = bytes.len() / 2;
-    flipped[mid] ^= 0x5a;
-    let flipped = write("flipped", &flipped);
-    // The header damaged, and an empty file.
-    let mut bad_magic = bytes.clone();
-    bad_magic[0] ^= 0xff;
-    let bad_magic = write("bad-magic", &bad_magic);
-    let empty = write("empty", b"");
-
-    let (a_full, a_trunc, a_flip) = (
-        ["--data-dir", full.as_str()],
-        ["--data-dir", truncated.as_str()],
-        ["--data-dir", flipped.as_str()],
-    );
-    let (p_full, p_trunc, p_flip) = tokio::join!(
-        Proc::start(free_port(), &a_full),
-        Proc::start(free_port(), &a_trunc),
-        Proc::start(free_port(), &a_flip),
-    );
-
-    let api = Apiserver::connect(&p_full.endpoint()).await;
-    let got = all_keys(&api).await;
-    assert_eq!(got, kvs, "an intact snapshot restores every key exactly");
-    assert!(api.current_rv(LEASES).await > rev);
-    let ttl = api.time_to_live(lease, false).await;
-    assert!(ttl.ttl > 3600 && ttl.ttl <= 3660, "{ttl:?}");
-
-    for (what, p) in [("truncated", &p_trunc), ("flipped", &p_flip)] {
-        let api = Apiserver::connect(&p.endpoint()).await;
-        let mut got = all_keys(&api).await;
-        // compact_rev_key sorts last, so it was lost: ephd re-creates it.
-        let cr = got.pop().expect("compact_rev_key");
-        assert_eq!(cr.key.as_ref(), COMPACT_REV_KEY.as_bytes(), "{what}");
-        assert_eq!(cr.version, 1);
-        assert!(
-            !got.is_empty() && got.len() < kvs.len(),
-            "{what}: restored {} of {} keys",
-            got.len(),
-            kvs.len()
-        );
-        assert_eq!(
-            got.as_slice(),
-            &kvs[..got.len()],
-            "{what}: the restored keys are exactly an intact prefix"
-        );
-        assert!(
-            api.current_rv(LEASES).await > rev,
-            "{what}: revisions continue"
-        );
-        let logs = p.logs();
-        assert!(
-            [
-                "cut short",
-                "fails its checksum",
-                "impossible length",
-                "undecodable"
-            ]
-            .iter()
-            .any(|m| logs.contains(m)),
-            "{what}: the damage is logged:\n{logs}"
-        );
-        // Lease records follow the keys, so they were lost: the restored
-        // event keys' lease is re-created (adoption TTL) so they still expire.
-        if got.iter().any(|kv| kv.lease == lease) {
-            let ttl = api.time_to_live(lease, true).await;
-            assert_eq!(ttl.granted_ttl, EVENT_LEASE_TTL, "{what}: {ttl:?}");
-            assert_eq!(
-                ttl.keys.len(),
-                got.iter().filter(|kv| kv.lease == lease).count(),
-                "{what}: keys attached to the re-created lease"
-            );
-        }
-        // The restored store serves writes above the old revisions.
-        let r = api
-            .create(&format!("{EVENTS}default/new"), b"v", lease)
-            .await
-            .expect("Txn")
-            .expect("new");
-        assert!(r > rev);
-    }
-
-    // A file that is not a snapshot: ephd refuses to start, clearly.
-    for (what, dir) in [("bad magic", &bad_magic), ("empty", &empty)] {
-        let mut p = Proc::spawn(free_port(), &["--data-dir", dir]);
-        let status = p.wait_exit(Duration::from_secs(10)).await;
-        assert_eq!(status.code(), Some(2), "{what}: exit status {status}");
-        let logs = p.logs();
-        assert!(
-            logs.contains("cannot read snapshot") && logs.contains("is not an ephd snapshot"),
-            "{what}: {logs}"
-        );
-    }
 }
