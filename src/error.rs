@@ -26,6 +26,10 @@ pub enum Code {
     Unavailable,
     /// The RPC exists in etcd's API but ephd does not serve it.
     Unimplemented,
+    /// Out of space: the NOSPACE alarm is raised.
+    ResourceExhausted,
+    /// The CORRUPT alarm is raised.
+    DataLoss,
 }
 
 /// Every error ephd returns to clients, each carrying etcd's exact text.
@@ -57,6 +61,10 @@ pub enum Error {
     LeaseTtlTooLarge,
     /// A request above `--max-request-bytes`.
     RequestTooLarge,
+    /// A write that would take space while the NOSPACE alarm is raised.
+    NoSpace,
+    /// A write while the CORRUPT alarm is raised.
+    Corrupt,
     /// The server is shutting down and accepts no more writes.
     Stopped,
     /// The server is shutting down and ends a long-lived stream (Watch,
@@ -97,6 +105,8 @@ impl Error {
             Error::LeaseNotFound => Code::NotFound,
             Error::LeaseExist | Error::AuthNotEnabled => Code::FailedPrecondition,
             Error::Stopped | Error::StreamShutdown => Code::Unavailable,
+            Error::NoSpace => Code::ResourceExhausted,
+            Error::Corrupt => Code::DataLoss,
             Error::AuthUnsupported
             | Error::MembershipUnsupported
             | Error::SnapshotUnsupported
@@ -123,6 +133,8 @@ impl Error {
             Error::LeaseTtlTooLarge => "etcdserver: too large lease TTL",
             Error::RequestTooLarge => "etcdserver: request is too large",
             Error::Stopped => "etcdserver: server stopped",
+            Error::NoSpace => "etcdserver: mvcc: database space exceeded",
+            Error::Corrupt => "etcdserver: corrupt cluster",
             Error::StreamShutdown => "ephd: server is shutting down",
             Error::AuthNotEnabled => "etcdserver: authentication is not enabled",
             Error::AuthUnsupported => {
@@ -255,6 +267,16 @@ mod tests {
                 Error::StreamShutdown,
                 Code::Unavailable,
                 "ephd: server is shutting down",
+            ),
+            (
+                Error::NoSpace,
+                Code::ResourceExhausted,
+                "etcdserver: mvcc: database space exceeded",
+            ),
+            (
+                Error::Corrupt,
+                Code::DataLoss,
+                "etcdserver: corrupt cluster",
             ),
             (
                 Error::AuthNotEnabled,

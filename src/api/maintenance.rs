@@ -1,8 +1,10 @@
-//! The Maintenance service: status, alarms, hashes. There is no disk, so
-//! defragmentation has nothing to do, and no alarm is ever raised.
+//! The Maintenance service: status, alarms (kept by the store core, see
+//! `mvcc/alarms.rs`), hashes. There is no disk, so defragmentation has
+//! nothing to do.
 
 use super::{status, Shared, ETCD_VERSION};
 use crate::error::Error;
+use crate::mvcc::{AlarmAction, AlarmMember};
 use crate::proto::etcdserverpb::{self as pb, maintenance_server::Maintenance};
 use futures::Stream;
 use std::pin::Pin;
@@ -18,12 +20,29 @@ type SnapshotOut = Pin<Box<dyn Stream<Item = Result<pb::SnapshotResponse, Status
 impl Maintenance for MaintenanceService {
     async fn alarm(
         &self,
-        _r: Request<pb::AlarmRequest>,
+        r: Request<pb::AlarmRequest>,
     ) -> Result<Response<pb::AlarmResponse>, Status> {
+        let r = r.into_inner();
         let Shared { store, info, .. } = &self.0;
+        let action = match r.action {
+            1 => AlarmAction::Activate,
+            2 => AlarmAction::Deactivate,
+            // GET, and actions etcd does not define (etcd's own answer to
+            // those is a response it cannot send).
+            _ => AlarmAction::Get,
+        };
+        let alarms = store
+            .alarm(action, r.member_id, r.alarm)
+            .map_err(status)?
+            .into_iter()
+            .map(|a| pb::AlarmMember {
+                member_id: a.member_id,
+                alarm: a.alarm,
+            })
+            .collect();
         Ok(Response::new(pb::AlarmResponse {
             header: info.header(store.current_revision()),
-            alarms: Vec::new(),
+            alarms,
         }))
     }
 
@@ -43,7 +62,7 @@ impl Maintenance for MaintenanceService {
             raft_index: applied,
             raft_term: info.raft_term,
             raft_applied_index: applied,
-            errors: Vec::new(),
+            errors: store.alarms().iter().map(alarm_text).collect(),
             is_learner: false,
             ..Default::default()
         }))
@@ -106,4 +125,13 @@ impl Maintenance for MaintenanceService {
     ) -> Result<Response<pb::DowngradeResponse>, Status> {
         Err(status(Error::DowngradeUnsupported))
     }
+}
+
+/// An alarm as etcd 3.4 lists it in Status.errors: the protobuf text form
+/// of its AlarmMember.
+fn alarm_text(a: &AlarmMember) -> String {
+    let name = pb::AlarmType::try_from(a.alarm)
+        .map(|t| t.as_str_name().to_string())
+        .unwrap_or_else(|_| a.alarm.to_string());
+    format!("memberID:{} alarm:{} ", a.member_id, name)
 }

@@ -127,6 +127,8 @@ fn status_of(err: &Error) -> tonic::Status {
         Code::FailedPrecondition => tonic::Code::FailedPrecondition,
         Code::Unavailable => tonic::Code::Unavailable,
         Code::Unimplemented => tonic::Code::Unimplemented,
+        Code::ResourceExhausted => tonic::Code::ResourceExhausted,
+        Code::DataLoss => tonic::Code::DataLoss,
     };
     tonic::Status::new(code, err.message())
 }

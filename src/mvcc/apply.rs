@@ -45,7 +45,9 @@ impl Store {
     fn apply_unpublished(&self, entry: Entry) -> Result<(Applied, i64)> {
         match entry {
             Entry::Put(req) => {
-                self.check_put(&req)?;
+                validate::check_put(&req)?;
+                self.alarm_table().check_write(true)?;
+                self.check_put_lease(&req)?;
                 let (resp, at) = self.apply_txn(one_op(RequestOp::Put(req)))?;
                 match resp.responses.into_iter().next() {
                     Some(ResponseOp::Put(p)) => Ok((Applied::Put(p), at)),
@@ -64,11 +66,17 @@ impl Store {
                 Ok((Applied::Txn(resp), at))
             }
             Entry::Compact { revision } => {
+                self.alarm_table().check_write(false)?;
                 let current = self.compact_history(revision)?;
                 Ok((Applied::Compact { revision: current }, 0))
             }
             Entry::LeaseGrant { id, ttl } => {
                 debug_assert!(id != 0, "the caller chooses lease IDs");
+                // etcd checks the TTL before the request reaches its log.
+                if ttl > crate::lease::MAX_LEASE_TTL {
+                    return Err(Error::LeaseTtlTooLarge);
+                }
+                self.alarm_table().check_write(true)?;
                 let _writers = self.range_writers().read();
                 self.check_running()?;
                 let ttl = self.lessor().grant(id, ttl)?;
@@ -77,17 +85,31 @@ impl Store {
                 Ok((Applied::LeaseGrant { id, ttl, revision }, 0))
             }
             Entry::LeaseRevoke { id } => {
+                self.alarm_table().check_write(false)?;
                 let revision = self.revoke_lease(id)?;
                 Ok((Applied::LeaseRevoke { revision }, revision))
+            }
+            Entry::Alarm {
+                action,
+                member_id,
+                alarm,
+            } => {
+                let alarms = self.alarm_table().apply(action, member_id, alarm);
+                if action != AlarmAction::Get {
+                    self.stats().applied();
+                    if !alarms.is_empty() {
+                        tracing::warn!(?action, member_id, alarm, "alarm changed");
+                    }
+                }
+                Ok((Applied::Alarm { alarms }, 0))
             }
         }
     }
 
-    /// A unary Put's checks before its txn: the request itself, then (as
-    /// etcd's unary put does, before the ignore flags) that its lease exists
-    /// unless unknown leases are adopted.
-    fn check_put(&self, req: &PutRequest) -> Result<()> {
-        validate::check_put(req)?;
+    /// A unary Put's lease check before its txn: as etcd's unary put does,
+    /// before the ignore flags, that its lease exists unless unknown leases
+    /// are adopted.
+    fn check_put_lease(&self, req: &PutRequest) -> Result<()> {
         if req.lease != 0
             && !self.lessor().contains(req.lease)
             && self.config().lessor.adopt_unknown_ttl.is_none()
@@ -104,6 +126,8 @@ impl Store {
         if validate::is_read_only(&req) {
             return self.read_txn(&req).map(|r| (r, 0));
         }
+        self.alarm_table()
+            .check_write(super::alarms::txn_takes_space(&req))?;
         self.write_txn(&req)
     }
 
@@ -177,6 +201,31 @@ impl Store {
             Applied::Compact { revision } => Ok(revision),
             other => unreachable!("a compaction applied as {other:?}"),
         }
+    }
+}
+
+impl Store {
+    /// Raises, clears or lists alarms (see [`Entry::Alarm`] and
+    /// `alarms.rs`).
+    pub fn alarm(
+        &self,
+        action: AlarmAction,
+        member_id: u64,
+        alarm: i32,
+    ) -> Result<Vec<AlarmMember>> {
+        match self.apply(Entry::Alarm {
+            action,
+            member_id,
+            alarm,
+        })? {
+            Applied::Alarm { alarms } => Ok(alarms),
+            other => unreachable!("an alarm applied as {other:?}"),
+        }
+    }
+
+    /// Every raised alarm.
+    pub fn alarms(&self) -> Vec<AlarmMember> {
+        self.alarm_table().all()
     }
 }
 

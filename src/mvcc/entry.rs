@@ -37,6 +37,15 @@ pub enum Entry {
         /// The lease ID.
         id: i64,
     },
+    /// Raise, clear or list alarms.
+    Alarm {
+        /// What to do.
+        action: AlarmAction,
+        /// The member the alarm is about (any ID a client names).
+        member_id: u64,
+        /// etcd's alarm type number.
+        alarm: i32,
+    },
 }
 
 /// The result of applying an [`Entry`], one variant per entry kind.
@@ -67,5 +76,10 @@ pub enum Applied {
     LeaseRevoke {
         /// The header revision.
         revision: i64,
+    },
+    /// Result of [`Entry::Alarm`]: the alarms listed, raised or cleared.
+    Alarm {
+        /// The alarms.
+        alarms: Vec<AlarmMember>,
     },
 }

@@ -17,11 +17,13 @@
 //! write, read,        the operations on a Store, one concern each
 //!   compact, restore
 //! apply               the one write path: every mutation is an Entry
+//! alarms              NOSPACE/CORRUPT alarms and what they forbid
 //! leases              every lease rule, through the apply path
 //! ```
 //! See [`Store`] (`store.rs`) for the concurrency design and `apply.rs` for
 //! the write path a replicated log will call.
 
+mod alarms;
 mod apply;
 mod compact;
 mod compare;
@@ -46,6 +48,7 @@ mod write;
 #[cfg(test)]
 mod tests;
 
+pub use alarms::{ALARM_CORRUPT, ALARM_NONE, ALARM_NOSPACE};
 pub use entry::{Applied, Entry};
 pub use log::{EventLog, LoggedEvent};
 pub use stats::Stats;

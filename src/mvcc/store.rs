@@ -23,6 +23,7 @@
 //! one write path), `write.rs` (how a write changes histories), `read.rs`,
 //! `compact.rs`, `leases.rs` (every lease rule) and `restore.rs`.
 
+use super::alarms::Alarms;
 use super::index::Index;
 use super::log::EventLog;
 use super::sequencer::Sequencer;
@@ -64,6 +65,7 @@ pub struct Store {
     compacted: AtomicI64,
     stopped: AtomicBool,
     lessor: Lessor,
+    alarms: Alarms,
     stats: Stats,
     config: StoreConfig,
 }
@@ -83,6 +85,7 @@ impl Store {
             compacted: AtomicI64::new(compacted),
             stopped: AtomicBool::new(false),
             lessor: Lessor::new(config.lessor.clone()),
+            alarms: Alarms::default(),
             stats: Stats::default(),
             config,
         }
@@ -133,6 +136,10 @@ impl Store {
 
     pub(super) fn lessor(&self) -> &Lessor {
         &self.lessor
+    }
+
+    pub(super) fn alarm_table(&self) -> &Alarms {
+        &self.alarms
     }
 
     /// Single-key writers hold it shared, range writers exclusively.

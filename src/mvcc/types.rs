@@ -322,3 +322,24 @@ pub struct LeaseLeasesResponse {
     /// Every granted lease ID, ascending.
     pub ids: Vec<i64>,
 }
+
+/// What an Alarm request does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AlarmAction {
+    /// List raised alarms (of one type, or all for type 0).
+    Get,
+    /// Raise an alarm for a member.
+    Activate,
+    /// Clear an alarm of a member.
+    Deactivate,
+}
+
+/// A raised alarm: which member, and etcd's alarm type number (0 none,
+/// 1 NOSPACE, 2 CORRUPT; other numbers are kept as given).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct AlarmMember {
+    /// The member the alarm is about.
+    pub member_id: u64,
+    /// The alarm type.
+    pub alarm: i32,
+}

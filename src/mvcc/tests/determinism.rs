@@ -118,7 +118,7 @@ fn random_txn(rng: &mut StdRng, store: &Store, depth: u32) -> TxnRequest {
 }
 
 fn random_entry(rng: &mut StdRng, store: &Store) -> Entry {
-    match rng.random_range(0..20) {
+    match rng.random_range(0..22) {
         0..=5 => Entry::Put(random_put(rng)),
         6..=7 => Entry::Delete(DeleteRequest {
             key: key(rng),
@@ -133,8 +133,23 @@ fn random_entry(rng: &mut StdRng, store: &Store) -> Entry {
             id: rng.random_range(1..=4),
             ttl: rng.random_range(1..100),
         },
-        _ => Entry::LeaseRevoke {
+        18..=19 => Entry::LeaseRevoke {
             id: rng.random_range(1..=4),
+        },
+        // Alarms come and go, so that writes run both under them and not.
+        20 => Entry::Alarm {
+            action: if rng.random_bool(0.08) {
+                AlarmAction::Activate
+            } else {
+                AlarmAction::Deactivate
+            },
+            member_id: 1,
+            alarm: rng.random_range(1..=2),
+        },
+        _ => Entry::Alarm {
+            action: AlarmAction::Get,
+            member_id: 0,
+            alarm: rng.random_range(0..=2),
         },
     }
 }
@@ -164,6 +179,7 @@ fn assert_same_state(a: &Store, b: &Store, step: usize) {
     );
     assert_eq!(a.hash_kv(0), b.hash_kv(0), "HashKV after step {step}");
     assert_eq!(leases(a), leases(b), "lease table after step {step}");
+    assert_eq!(a.alarms(), b.alarms(), "alarms after step {step}");
 }
 
 fn replay_twice(seed: u64, config: StoreConfig, steps: usize) {
@@ -171,12 +187,19 @@ fn replay_twice(seed: u64, config: StoreConfig, steps: usize) {
     let a = Store::new(config.clone());
     let b = Store::new(config);
     let mut outcomes = [0usize; 2];
+    let mut refused_by_alarm = 0;
     for step in 0..steps {
         let entry = random_entry(&mut rng, &a);
         let ra: Result<Applied> = a.apply(entry.clone());
         let rb = b.apply(entry.clone());
         assert_eq!(ra, rb, "step {step}: {entry:?}");
         outcomes[ra.is_ok() as usize] += 1;
+        if matches!(
+            ra,
+            Err(crate::error::Error::NoSpace | crate::error::Error::Corrupt)
+        ) {
+            refused_by_alarm += 1;
+        }
         assert_same_state(&a, &b, step);
     }
     assert_eq!(log(&a), log(&b), "change logs");
@@ -184,6 +207,7 @@ fn replay_twice(seed: u64, config: StoreConfig, steps: usize) {
     assert!(outcomes[0] > steps / 20, "errors: {outcomes:?}");
     assert!(outcomes[1] > steps / 2, "successes: {outcomes:?}");
     assert!(a.current_revision() > steps as i64 / 4, "revisions moved");
+    assert!(refused_by_alarm > 0, "some writes ran under a raised alarm");
 }
 
 #[test]
