@@ -200,6 +200,18 @@ impl Server {
             ));
         }
         let decode_limit = self.config.max_request_bytes + GRPC_OVERHEAD_BYTES;
+        // grpc.health.v1.Health, as etcd serves it: the server as a whole
+        // ("") is SERVING until shutdown begins.
+        let (health, health_service) = tonic_health::server::health_reporter();
+        {
+            let mut stop = stop_rx.clone();
+            tokio::spawn(async move {
+                crate::api::stopped(&mut stop).await;
+                health
+                    .set_service_status("", tonic_health::ServingStatus::NotServing)
+                    .await;
+            });
+        }
         let mut servers = Vec::new();
         for Bound {
             addr,
@@ -241,7 +253,8 @@ impl Server {
                 )
                 .add_service(MaintenanceServer::new(MaintenanceService(shared.clone())))
                 .add_service(ClusterServer::new(ClusterService(shared.clone())))
-                .add_service(AuthServer::new(AuthService(shared)));
+                .add_service(AuthServer::new(AuthService(shared)))
+                .add_service(health_service.clone());
             let incoming = accept::incoming(listener);
             servers.push(tokio::spawn(async move {
                 router

@@ -433,3 +433,33 @@ async fn alarms_behave_like_etcds() {
     assert_eq!(got.len(), want.len());
     assert!(want.iter().any(|l| l.contains("database space exceeded")));
 }
+
+/// `grpc.health.v1.Health`, which Kubernetes `grpc:` probes and load
+/// balancers call: the server as a whole is SERVING, as on stock etcd, and
+/// an unknown service is NotFound on both (grpc-go says "unknown service",
+/// tonic "service not registered").
+#[tokio::test]
+async fn grpc_health_answers_like_etcd() {
+    use tonic_health::pb::{health_client::HealthClient, HealthCheckRequest};
+    async fn check(endpoint: &str, service: &str) -> Result<i32, tonic::Code> {
+        let channel = crate::harness::connect_channel(endpoint).await;
+        within(
+            "health check",
+            HealthClient::new(channel).check(HealthCheckRequest {
+                service: service.to_string(),
+            }),
+        )
+        .await
+        .map(|r| r.into_inner().status)
+        .map_err(|s| s.code())
+    }
+    let etcd = crate::harness::StockEtcd::start();
+    let ephd = ephd(&[]);
+    let serving = tonic_health::pb::health_check_response::ServingStatus::Serving as i32;
+    assert_eq!(check(&etcd.endpoint(), "").await, Ok(serving));
+    assert_eq!(check(&ephd.endpoint(), "").await, Ok(serving));
+    assert_eq!(
+        check(&ephd.endpoint(), "no.such.Service").await,
+        check(&etcd.endpoint(), "no.such.Service").await
+    );
+}
