@@ -206,11 +206,16 @@ impl Lessor {
 
     // ------------------------------------------- the clock's owner: timers
 
+    /// Whether leases granted or adopted by the apply path wait to be
+    /// armed: one atomic load, so callers can skip reading the clock.
+    pub fn has_unarmed(&self) -> bool {
+        self.has_unarmed.load(Ordering::Acquire)
+    }
+
     /// Starts the countdown of every lease granted or adopted since the
-    /// last call: each expires `ttl` seconds after `now`. Cheap when there
-    /// is nothing to arm.
+    /// last call: each expires `ttl` seconds after `now`.
     pub fn arm_new(&self, now: Instant) {
-        if !self.has_unarmed.load(Ordering::Acquire) {
+        if !self.has_unarmed() {
             return;
         }
         let mut inner = self.inner.lock();

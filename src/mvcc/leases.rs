@@ -121,7 +121,9 @@ impl Store {
     /// Starts the countdown of leases granted or adopted by writes just
     /// applied. The apply path reads no clock, so its caller does this.
     pub(super) fn arm_new_leases(&self) {
-        self.lessor().arm_new(Instant::now());
+        if self.lessor().has_unarmed() {
+            self.lessor().arm_new(Instant::now());
+        }
     }
 }
 
