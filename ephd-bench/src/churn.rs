@@ -4,10 +4,13 @@
 //! waits for the leases to expire and checks that every object's DELETE
 //! event arrives.
 
-use crate::common::{
-    call, join_all, run_nonce, value_with, Common, CpuSample, Pool, Progress, Recorder,
-};
+use crate::cpu::CpuSample;
+use crate::keys::{run_nonce, value_with};
 use crate::ops::{count_prefix, create_txn, current_revision, header_rev};
+use crate::options::Common;
+use crate::pool::{call, Pool};
+use crate::progress::Progress;
+use crate::record::{join_all, Recorder};
 use crate::report::{r3, Report};
 use crate::watchcheck::{RevTable, WatchSet};
 use bytes::Bytes;

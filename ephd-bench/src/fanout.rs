@@ -3,10 +3,13 @@
 //! delivery lag, and checks that every watcher got every write exactly once
 //! and in order.
 
-use crate::common::{
-    call, join_all, padded_key, prefix_end, value_with, Common, CpuSample, Pool, Progress, Recorder,
-};
+use crate::cpu::CpuSample;
+use crate::keys::{padded_key, prefix_end, value_with};
 use crate::ops::{current_revision, header_rev};
+use crate::options::Common;
+use crate::pool::{call, Pool};
+use crate::progress::Progress;
+use crate::record::{join_all, Recorder};
 use crate::report::Report;
 use crate::watchcheck::{RevTable, WatchOpts, WatchSet};
 use bytes::Bytes;

@@ -10,10 +10,14 @@
 //! watch (prev_kv, progress_notify) checks every renewal is delivered once,
 //! in order, and measures the delivery lag.
 
-use crate::common::{
-    call, join_all, value_with, Budget, Common, CpuSample, Pool, Progress, Recorder,
-};
+use crate::budget::Budget;
+use crate::cpu::CpuSample;
+use crate::keys::value_with;
 use crate::ops::{cas_txn, create_txn, current_revision, failed_cas_rev, get_op, header_rev};
+use crate::options::Common;
+use crate::pool::{call, Pool};
+use crate::progress::Progress;
+use crate::record::{join_all, Recorder};
 use crate::report::Report;
 use crate::watchcheck::{RevTable, WatchSet};
 use bytes::Bytes;

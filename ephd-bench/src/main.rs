@@ -11,19 +11,25 @@
 //! Every loop is bounded by `--total`/`--duration` and `--max-time`; only
 //! loopback endpoints are accepted. See bench/README.md.
 
+mod budget;
 mod churn;
-mod common;
+mod cpu;
 mod fanout;
 mod h2rpc;
 mod heartbeat;
+mod keys;
 mod ops;
+mod options;
+mod pool;
+mod progress;
 mod put;
 mod range;
+mod record;
 mod report;
 mod watchcheck;
 
 use clap::{Parser, Subcommand};
-use common::Common;
+use options::Common;
 use std::process::ExitCode;
 use std::time::Duration;
 

@@ -1,7 +1,12 @@
 //! `put`: plain Puts over a key space, the shape of etcd's
 //! `benchmark put --clients 100 --conns 10 --key-size 48 --val-size 1024`.
 
-use crate::common::{call, join_all, padded_key, value_with, Common, CpuSample, Pool, Progress};
+use crate::cpu::CpuSample;
+use crate::keys::{padded_key, value_with};
+use crate::options::Common;
+use crate::pool::{call, Pool};
+use crate::progress::Progress;
+use crate::record::join_all;
 use crate::report::Report;
 use ephd::proto::etcdserverpb::PutRequest;
 use rand::{Rng, SeedableRng};
@@ -40,7 +45,7 @@ pub async fn run(c: &Common, a: &Args) -> Result<Report, String> {
         let sequential = a.sequential_keys;
         let timeout = c.timeout;
         handles.push(tokio::spawn(async move {
-            let mut rec = crate::common::Recorder::default();
+            let mut rec = crate::record::Recorder::default();
             let mut rng = rand::rngs::StdRng::seed_from_u64(rand::random());
             while let Some(n) = budget.next().await {
                 let k = if sequential {

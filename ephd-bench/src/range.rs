@@ -6,10 +6,13 @@
 //! revision and continues from the last key + "\x00" (what the apiserver
 //! does with `limit`/`continue`). Every list must return all N objects.
 
-use crate::common::{
-    call, join_all, prefix_end, run_nonce, value_with, Budget, Common, CpuSample, Pool, Progress,
-    Recorder,
-};
+use crate::budget::Budget;
+use crate::cpu::CpuSample;
+use crate::keys::{prefix_end, run_nonce, value_with};
+use crate::options::Common;
+use crate::pool::{call, Pool};
+use crate::progress::Progress;
+use crate::record::{join_all, Recorder};
 use crate::report::{r3, Report};
 use bytes::Bytes;
 use ephd::proto::etcdserverpb::{PutRequest, RangeRequest};

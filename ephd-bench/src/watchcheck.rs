@@ -13,7 +13,8 @@
 //! Every write of these workloads changes exactly one watched key, so each
 //! written revision must reach each watcher exactly once.
 
-use crate::common::{histogram, Pool};
+use crate::pool::Pool;
+use crate::record::histogram;
 use crate::report::{lag_ms, r3, WatchReport};
 use bytes::Bytes;
 use ephd::proto::etcdserverpb::{
@@ -270,7 +271,7 @@ impl WatchSet {
         }
         let opts = WatchOpts {
             key: prefix.clone(),
-            range_end: crate::common::prefix_end(prefix),
+            range_end: crate::keys::prefix_end(prefix),
             prev_kv: true,
             progress_notify: true,
         };
