@@ -12,26 +12,24 @@
 //! loopback endpoints are accepted. See bench/README.md.
 
 mod budget;
-mod churn;
 mod cpu;
-mod fanout;
+mod driver;
 mod h2rpc;
-mod heartbeat;
 mod keys;
 mod ops;
 mod options;
 mod pool;
 mod progress;
-mod put;
-mod range;
 mod record;
 mod report;
 mod watchcheck;
+mod workload;
 
-use clap::{Parser, Subcommand};
+use clap::Parser;
 use options::Common;
 use std::process::ExitCode;
 use std::time::Duration;
+use workload::Workload;
 
 /// jemalloc, as in the server: every request allocates a little (h2 stream
 /// state, header maps, the decoded reply), and glibc's allocator was a
@@ -54,29 +52,9 @@ struct Cli {
     workload: Workload,
 }
 
-#[derive(Subcommand, Debug)]
-enum Workload {
-    /// Plain Puts over a key space (etcd's `benchmark put` shape).
-    Put(put::Args),
-    /// Node Lease renewals: CAS Txn updates, with a checking prefix watch.
-    LeaseHeartbeat(heartbeat::Args),
-    /// Event creates with shared leases, with a checking prefix watch.
-    EventChurn(churn::Args),
-    /// Full-prefix lists of preloaded objects, optionally paginated.
-    Range(range::Args),
-    /// Many watchers on one prefix, fed by writers at a fixed or max rate.
-    WatchFanout(fanout::Args),
-}
-
 async fn run(cli: &Cli) -> Result<report::Report, String> {
     let c = &cli.common;
-    let mut r = match &cli.workload {
-        Workload::Put(a) => put::run(c, a).await?,
-        Workload::LeaseHeartbeat(a) => heartbeat::run(c, a).await?,
-        Workload::EventChurn(a) => churn::run(c, a).await?,
-        Workload::Range(a) => range::run(c, a).await?,
-        Workload::WatchFanout(a) => fanout::run(c, a).await?,
-    };
+    let mut r = cli.workload.run(c).await?;
     r.label = c.label.clone();
     r.endpoints = c.endpoints.join(",");
     r.transport = c.transport.name();

@@ -1,12 +1,11 @@
 //! What a client records while it runs: the latency histogram of successful
 //! ops, errors by category, and workload-specific counters. One `Recorder`
-//! per client task, merged at the end of a phase, so the hot path takes no
-//! lock.
+//! per client task, merged by the driver at the end of a phase, so the hot
+//! path takes no lock.
 
 use hdrhistogram::Histogram;
 use std::collections::BTreeMap;
 use std::time::Instant;
-use tokio::task::JoinHandle;
 
 /// A latency histogram in microseconds (1 µs .. 1 h, 3 significant digits).
 pub fn histogram() -> Histogram<u64> {
@@ -97,16 +96,4 @@ impl Recorder {
             *self.counters.entry(k).or_default() += v;
         }
     }
-}
-
-/// Waits for every client task and merges their recorders.
-pub async fn join_all(handles: Vec<JoinHandle<Recorder>>) -> Recorder {
-    let mut all = Recorder::default();
-    for h in handles {
-        match h.await {
-            Ok(r) => all.merge(r),
-            Err(e) => all.errors.add("client task", &e.to_string()),
-        }
-    }
-    all
 }
