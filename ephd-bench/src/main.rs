@@ -10,6 +10,14 @@
 //! server's CPU per op and peak RSS; `--json` prints one JSON line instead.
 //! Every loop is bounded by `--total`/`--duration` and `--max-time`; only
 //! loopback endpoints are accepted. See bench/README.md.
+//!
+//! Layout: `workload/` has one module per subcommand, each saying only what
+//! one op of one client is and what it reports; `driver` runs every
+//! workload's phases (budget, client tasks, progress, CPU samples, the
+//! report's common fields). Beneath them: `options` (the shared flags),
+//! `pool` (connections, loopback check, the KV transport switch), `h2rpc`
+//! (the lean unary client), `budget`, `record`, `cpu`, `progress`, `keys`,
+//! `ops` (request shapes), `watchcheck` (checking watchers) and `report`.
 
 mod budget;
 mod cpu;

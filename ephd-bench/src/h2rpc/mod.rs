@@ -3,18 +3,28 @@
 //! The load tool shares the machine's two cores with the server it measures,
 //! so every microsecond of client CPU per request is a microsecond the
 //! server does not get, and throughput ratios against stock etcd end up
-//! measuring our client as much as either server. tonic's `Channel` costs
-//! about 27 µs of CPU per 1 KiB Put: a tower `Buffer` (an extra task hop and
-//! channel per request), hyper's client dispatch, and tonic's streaming
-//! body and codec machinery. None of that is needed for a unary call on a
-//! connection we own, so this module sends one HEADERS frame and one DATA
-//! frame per request on a shared `h2::client::SendRequest`, reads the reply
-//! body and trailers, and leaves the reading of `grpc-status` and
-//! `grpc-message` to tonic (`Status::from_header_map`), so error reports
-//! do not depend on the transport.
+//! measuring our client as much as either server. tonic's `Channel` pays
+//! for a tower `Buffer` (an extra task hop and channel per request),
+//! hyper's client dispatch, and tonic's streaming body and codec machinery.
+//! None of that is needed for a unary call on a connection we own, so this
+//! module sends one HEADERS frame and one DATA frame per request on a
+//! shared `h2::client::SendRequest`, reads the reply body and trailers, and
+//! leaves the reading of `grpc-status` and `grpc-message` to tonic
+//! (`Status::from_header_map`), so error reports do not depend on the
+//! transport.
 //!
-//! Only unary calls are supported: Watch and Lease keep-alive streams stay
-//! on tonic (they are not the hot path). The write coalescing under each
+//! It is kept because measurements show it matters. Re-measured when the
+//! tool became its own crate (BENCHMARKS.md, "Reorganised load tool vs the
+//! old one"): on `put` (100 clients, 1 KiB values) against one ephd build,
+//! this client spends 12–14 µs of CPU per request and `--transport tonic`
+//! 32–39 µs, nearly three times as much; tonic's undisturbed runs reached
+//! 23.8k puts/s against 37.6k (medians of 3), and even the server spent
+//! more per request (38 against 30 µs), its replies less batched. The
+//! other workloads' KV calls go through the same client; Watch and Lease
+//! streams stay on tonic (they are not the hot path), and
+//! `--transport tonic` remains for comparison.
+//!
+//! Only unary calls are supported. The write coalescing under each
 //! connection is in `coalesce`, the tests in `tests`.
 
 mod coalesce;
