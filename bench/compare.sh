@@ -268,7 +268,7 @@ if [[ ! -x $ETCD ]]; then
 fi
 if [[ $BUILD == 1 ]]; then
   log "building release binaries"
-  (cd "$ROOT" && timeout 1800 cargo build --release --bin ephd --bin ephd-bench) >&2
+  (cd "$ROOT" && timeout 1800 cargo build --release -p ephd -p ephd-bench) >&2
 fi
 [[ -x $EPHD && -x $BENCH ]] || { echo "missing $EPHD or $BENCH (BUILD=1 builds them)" >&2; exit 1; }
 

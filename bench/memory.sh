@@ -17,7 +17,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 N=${N:-1000000}
 CLIENTS=${CLIENTS:-100}
 bash scripts/install-etcd.sh
-cargo build --release --bin ephd --bin ephd-bench >/dev/null
+cargo build --release -p ephd -p ephd-bench >/dev/null
 EPHD=target/release/ephd
 BENCH=target/release/ephd-bench
 PIDS=()

@@ -444,7 +444,7 @@ def check_dockerfile(known_envs):
         finding(where, "HEALTHCHECK expected")
     ignore = (ROOT / ".dockerignore").read_text(encoding="utf-8")
     for needed in ("Cargo.toml", "Cargo.lock", "build.rs", "proto/", "src/", "benches/",
-                   "deploy/docker/"):
+                   "ephd-bench/", "deploy/docker/"):
         if f"!{needed}" not in ignore:
             finding(".dockerignore", f"the build needs {needed}")
     for m in re.finditer(r"^COPY ((?:--\S+ )*)(\S+) ", text, re.M):

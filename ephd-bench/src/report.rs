@@ -1,7 +1,8 @@
 //! The result of one run: a flat JSON object (one line with `--json`) or a
 //! short human summary.
 
-use crate::common::{peak_rss_mb, CpuSample, Recorder};
+use crate::cpu::{peak_rss_mb, CpuSample};
+use crate::record::Recorder;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 use std::collections::BTreeMap;

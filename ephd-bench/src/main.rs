@@ -10,22 +10,34 @@
 //! server's CPU per op and peak RSS; `--json` prints one JSON line instead.
 //! Every loop is bounded by `--total`/`--duration` and `--max-time`; only
 //! loopback endpoints are accepted. See bench/README.md.
+//!
+//! Layout: `workload/` has one module per subcommand, each saying only what
+//! one op of one client is and what it reports; `driver` runs every
+//! workload's phases (budget, client tasks, progress, CPU samples, the
+//! report's common fields). Beneath them: `options` (the shared flags),
+//! `pool` (connections, loopback check, the KV transport switch), `h2rpc`
+//! (the lean unary client), `budget`, `record`, `cpu`, `progress`, `keys`,
+//! `ops` (request shapes), `watchcheck` (checking watchers) and `report`.
 
-mod churn;
-mod common;
-mod fanout;
+mod budget;
+mod cpu;
+mod driver;
 mod h2rpc;
-mod heartbeat;
+mod keys;
 mod ops;
-mod put;
-mod range;
+mod options;
+mod pool;
+mod progress;
+mod record;
 mod report;
 mod watchcheck;
+mod workload;
 
-use clap::{Parser, Subcommand};
-use common::Common;
+use clap::Parser;
+use options::Common;
 use std::process::ExitCode;
 use std::time::Duration;
+use workload::Workload;
 
 /// jemalloc, as in the server: every request allocates a little (h2 stream
 /// state, header maps, the decoded reply), and glibc's allocator was a
@@ -48,29 +60,9 @@ struct Cli {
     workload: Workload,
 }
 
-#[derive(Subcommand, Debug)]
-enum Workload {
-    /// Plain Puts over a key space (etcd's `benchmark put` shape).
-    Put(put::Args),
-    /// Node Lease renewals: CAS Txn updates, with a checking prefix watch.
-    LeaseHeartbeat(heartbeat::Args),
-    /// Event creates with shared leases, with a checking prefix watch.
-    EventChurn(churn::Args),
-    /// Full-prefix lists of preloaded objects, optionally paginated.
-    Range(range::Args),
-    /// Many watchers on one prefix, fed by writers at a fixed or max rate.
-    WatchFanout(fanout::Args),
-}
-
 async fn run(cli: &Cli) -> Result<report::Report, String> {
     let c = &cli.common;
-    let mut r = match &cli.workload {
-        Workload::Put(a) => put::run(c, a).await?,
-        Workload::LeaseHeartbeat(a) => heartbeat::run(c, a).await?,
-        Workload::EventChurn(a) => churn::run(c, a).await?,
-        Workload::Range(a) => range::run(c, a).await?,
-        Workload::WatchFanout(a) => fanout::run(c, a).await?,
-    };
+    let mut r = cli.workload.run(c).await?;
     r.label = c.label.clone();
     r.endpoints = c.endpoints.join(",");
     r.transport = c.transport.name();

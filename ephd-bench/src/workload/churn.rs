@@ -4,14 +4,18 @@
 //! waits for the leases to expire and checks that every object's DELETE
 //! event arrives.
 
-use crate::common::{
-    call, join_all, run_nonce, value_with, Common, CpuSample, Pool, Progress, Recorder,
-};
+use crate::driver::{measure, Shape, Worker};
+use crate::keys::{run_nonce, value_with};
 use crate::ops::{count_prefix, create_txn, current_revision, header_rev};
+use crate::options::Common;
+use crate::pool::{call, Kv, Pool};
+use crate::progress::Progress;
+use crate::record::Recorder;
 use crate::report::{r3, Report};
 use crate::watchcheck::{RevTable, WatchSet};
 use bytes::Bytes;
 use ephd::proto::etcdserverpb::{lease_client::LeaseClient, LeaseGrantRequest};
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::Mutex;
@@ -77,11 +81,52 @@ impl LeasePool {
     }
 }
 
+/// One client: an Event create per op, attached to the shared lease.
+struct Creator {
+    kv: Kv,
+    table: Arc<RevTable>,
+    leases: Arc<LeasePool>,
+    nonce: u32,
+    namespaces: u64,
+    val_size: usize,
+    timeout: Duration,
+}
+
+impl Worker for Creator {
+    async fn op(&mut self, n: u64, rec: &mut Recorder) -> ControlFlow<()> {
+        let (ns, nonce) = (n % self.namespaces, self.nonce);
+        let key = Bytes::from(format!("{PREFIX}ns-{ns:03}/ev-{nonce:08x}.{n:010}"));
+        let value = value_with(
+            &format!(
+                "{{\"kind\":\"Event\",\"metadata\":{{\"name\":\"ev-{nonce:08x}.{n:010}\",\"namespace\":\"ns-{ns:03}\"}},\"reason\":\"Benchmark\",\"count\":1}}"
+            ),
+            self.val_size,
+        );
+        let t0 = Instant::now();
+        let lease = match self.leases.get(rec).await {
+            Ok(id) => id,
+            Err(e) => {
+                rec.err(&e);
+                return ControlFlow::Continue(());
+            }
+        };
+        match call(self.timeout, self.kv.txn(create_txn(&key, value, lease))).await {
+            Ok(r) if r.succeeded => {
+                self.table.written(header_rev(&r.header));
+                rec.ok(t0);
+            }
+            Ok(_) => rec.err(&("create conflict".into(), "the key already existed".into())),
+            Err(e) => rec.err(&e),
+        }
+        ControlFlow::Continue(())
+    }
+}
+
 /// Defaults: 100 clients, 50,000 creates, values 700 B, 100 namespaces.
 pub async fn run(c: &Common, a: &Args) -> Result<Report, String> {
     let clients = c.clients_or(100);
     let val_size = c.val_size_or(700);
-    let pool = Arc::new(Pool::connect(c).await?);
+    let pool = Pool::connect(c).await?;
     let prefix = Bytes::from_static(PREFIX.as_bytes());
     let nonce = run_nonce();
     let namespaces = a.namespaces.max(1);
@@ -98,53 +143,19 @@ pub async fn run(c: &Common, a: &Args) -> Result<Report, String> {
         timeout: c.timeout,
     });
 
-    let budget = c.budget(50_000);
-    let progress = Progress::for_budget(c.progress_enabled(), "events", budget.clone());
-    let cpu0 = CpuSample::take(c.server_pid);
-    let mut handles = Vec::new();
-    for ci in 0..clients {
-        let mut kv = pool.kv(ci);
-        let table = table.clone();
-        let budget = budget.clone();
-        let leases = leases.clone();
-        let timeout = c.timeout;
-        handles.push(tokio::spawn(async move {
-            let mut rec = Recorder::default();
-            while let Some(n) = budget.next().await {
-                let ns = n % namespaces;
-                let key = Bytes::from(format!("{PREFIX}ns-{ns:03}/ev-{nonce:08x}.{n:010}"));
-                let value = value_with(
-                    &format!(
-                        "{{\"kind\":\"Event\",\"metadata\":{{\"name\":\"ev-{nonce:08x}.{n:010}\",\"namespace\":\"ns-{ns:03}\"}},\"reason\":\"Benchmark\",\"count\":1}}"
-                    ),
-                    val_size,
-                );
-                let t0 = Instant::now();
-                let lease = match leases.get(&mut rec).await {
-                    Ok(id) => id,
-                    Err(e) => {
-                        rec.err(&e);
-                        budget.complete();
-                        continue;
-                    }
-                };
-                match call(timeout, kv.txn(create_txn(&key, value, lease))).await {
-                    Ok(r) if r.succeeded => {
-                        table.written(header_rev(&r.header));
-                        rec.ok(t0);
-                    }
-                    Ok(_) => rec.err(&("create conflict".into(), "the key already existed".into())),
-                    Err(e) => rec.err(&e),
-                }
-                budget.complete();
-            }
-            rec
-        }));
-    }
-    let rec = join_all(handles).await;
-    let elapsed = budget.start().elapsed();
+    let workers = (0..clients)
+        .map(|ci| Creator {
+            kv: pool.kv(ci),
+            table: table.clone(),
+            leases: leases.clone(),
+            nonce,
+            namespaces,
+            val_size,
+            timeout: c.timeout,
+        })
+        .collect();
+    let m = measure(c, "event-churn", 50_000, workers).await;
     let writes_end = Instant::now();
-    progress.finish();
 
     let mut expiry_s = None;
     let mut remaining = None;
@@ -152,12 +163,12 @@ pub async fn run(c: &Common, a: &Args) -> Result<Report, String> {
     let watch_report = match watch {
         Some(w) => {
             let (deletes, timeout, msg) = if a.wait_expiry {
-                (rec.ops, expiry_wait, "waiting for lease expiry")
+                (m.rec.ops, expiry_wait, "waiting for lease expiry")
             } else {
                 (0, c.drain_timeout, "draining watch")
             };
             let spinner = Progress::spinner(c.progress_enabled(), msg);
-            let (wr, last) = w.finish(deletes, timeout, budget.start()).await;
+            let (wr, last) = w.finish(deletes, timeout, m.start()).await;
             spinner.finish();
             if a.wait_expiry {
                 expiry_s = last.map(|t| r3(t.saturating_duration_since(writes_end).as_secs_f64()));
@@ -181,21 +192,19 @@ pub async fn run(c: &Common, a: &Args) -> Result<Report, String> {
             expiry_s = Some(r3(writes_end.elapsed().as_secs_f64()));
         }
     }
-    let cpu1 = CpuSample::take(c.server_pid);
-
-    let mut r = Report::new("event-churn", &rec, elapsed);
-    r.clients = clients;
-    r.conns = pool.len();
-    r.key_size = format!("{PREFIX}ns-000/ev-00000000.0000000000").len();
-    r.val_size = val_size;
-    r.key_space = rec.ops;
-    r.truncated = budget.truncated();
+    let mut r = m.report(
+        pool.len(),
+        Shape {
+            key_size: format!("{PREFIX}ns-000/ev-00000000.0000000000").len(),
+            val_size,
+            key_space: m.rec.ops,
+        },
+    );
     r.watch = watch_report;
     r.set("lease_ttl_s", a.ttl);
     if a.wait_expiry {
         r.set("expiry_wait_s", expiry_s);
         r.set("keys_remaining", remaining);
     }
-    r.add_cpu(&cpu0, &cpu1, c.server_pid);
     Ok(r)
 }

@@ -3,16 +3,20 @@
 //! delivery lag, and checks that every watcher got every write exactly once
 //! and in order.
 
-use crate::common::{
-    call, join_all, padded_key, prefix_end, value_with, Common, CpuSample, Pool, Progress, Recorder,
-};
+use crate::driver::{measure, Shape, Worker};
+use crate::keys::{padded_key, prefix_end, value_with};
 use crate::ops::{current_revision, header_rev};
-use crate::report::Report;
+use crate::options::Common;
+use crate::pool::{call, Kv, Pool};
+use crate::progress::Progress;
+use crate::record::Recorder;
+use crate::report::{r3, Report};
 use crate::watchcheck::{RevTable, WatchOpts, WatchSet};
 use bytes::Bytes;
 use ephd::proto::etcdserverpb::PutRequest;
+use std::ops::ControlFlow;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Options of `watch-fanout`.
 #[derive(clap::Args, Debug, Clone)]
@@ -31,6 +35,37 @@ pub struct Args {
     pub prev_kv: bool,
 }
 
+/// One writer: a Put over the key space per op, noting its revision for
+/// the watchers' checks.
+struct Writer {
+    kv: Kv,
+    table: Arc<RevTable>,
+    prefix: Arc<str>,
+    value: Bytes,
+    key_space: u64,
+    key_size: usize,
+    timeout: Duration,
+}
+
+impl Worker for Writer {
+    async fn op(&mut self, n: u64, rec: &mut Recorder) -> ControlFlow<()> {
+        let req = PutRequest {
+            key: padded_key(&self.prefix, n % self.key_space, self.key_size),
+            value: self.value.clone(),
+            ..Default::default()
+        };
+        let t0 = Instant::now();
+        match call(self.timeout, self.kv.put(req)).await {
+            Ok(r) => {
+                self.table.written(header_rev(&r.header));
+                rec.ok(t0);
+            }
+            Err(e) => rec.err(&e),
+        }
+        ControlFlow::Continue(())
+    }
+}
+
 /// Defaults: 1000 watchers on 10 streams, 1 writer, 2,000 writes of 256 B
 /// over 100 keys.
 pub async fn run(c: &Common, a: &Args) -> Result<Report, String> {
@@ -38,7 +73,7 @@ pub async fn run(c: &Common, a: &Args) -> Result<Report, String> {
     let val_size = c.val_size_or(256);
     let key_space = c.key_space_or(100);
     let key_size = c.key_size.unwrap_or(a.prefix.len() + 8);
-    let pool = Arc::new(Pool::connect(c).await?);
+    let pool = Pool::connect(c).await?;
     let prefix = Bytes::from(a.prefix.clone());
 
     let base = current_revision(&pool, &prefix, c.timeout).await?;
@@ -62,61 +97,35 @@ pub async fn run(c: &Common, a: &Args) -> Result<Report, String> {
     spinner.finish();
 
     let value = value_with("", val_size);
-    let budget = c.budget(2_000);
-    let progress = Progress::for_budget(c.progress_enabled(), "fanout", budget.clone());
-    let cpu0 = CpuSample::take(c.server_pid);
-    let mut handles = Vec::new();
-    for ci in 0..clients {
-        let mut kv = pool.kv(ci);
-        let table = table.clone();
-        let budget = budget.clone();
-        let value = value.clone();
-        let prefix = a.prefix.clone();
-        let timeout = c.timeout;
-        handles.push(tokio::spawn(async move {
-            let mut rec = Recorder::default();
-            while let Some(n) = budget.next().await {
-                let req = PutRequest {
-                    key: padded_key(&prefix, n % key_space, key_size),
-                    value: value.clone(),
-                    ..Default::default()
-                };
-                let t0 = Instant::now();
-                match call(timeout, kv.put(req)).await {
-                    Ok(r) => {
-                        table.written(header_rev(&r.header));
-                        rec.ok(t0);
-                    }
-                    Err(e) => rec.err(&e),
-                }
-                budget.complete();
-            }
-            rec
-        }));
-    }
-    let rec = join_all(handles).await;
-    let elapsed = budget.start().elapsed();
-    progress.finish();
+    let prefix: Arc<str> = a.prefix.as_str().into();
+    let writers = (0..clients)
+        .map(|ci| Writer {
+            kv: pool.kv(ci),
+            table: table.clone(),
+            prefix: prefix.clone(),
+            value: value.clone(),
+            key_space,
+            key_size,
+            timeout: c.timeout,
+        })
+        .collect();
+    let m = measure(c, "watch-fanout", 2_000, writers).await;
     let spinner = Progress::spinner(c.progress_enabled(), "draining watchers");
-    let (wr, _) = watch.finish(0, c.drain_timeout, budget.start()).await;
+    let (wr, _) = watch.finish(0, c.drain_timeout, m.start()).await;
     spinner.finish();
-    let cpu1 = CpuSample::take(c.server_pid);
 
-    let mut r = Report::new("watch-fanout", &rec, elapsed);
-    r.clients = clients;
-    r.conns = pool.len();
-    r.key_size = key_size;
-    r.val_size = val_size;
-    r.key_space = key_space;
-    r.truncated = budget.truncated();
+    let mut r = m.report(
+        pool.len(),
+        Shape {
+            key_size,
+            val_size,
+            key_space,
+        },
+    );
     let events = wr.watch_events;
     r.watch = Some(wr);
-    r.add_cpu(&cpu0, &cpu1, c.server_pid);
     if let (Some(cpu), true) = (r.server_cpu_s, events > 0) {
-        r.set(
-            "server_cpu_us_per_event",
-            crate::report::r3(cpu * 1e6 / events as f64),
-        );
+        r.set("server_cpu_us_per_event", r3(cpu * 1e6 / events as f64));
     }
     Ok(r)
 }

@@ -1,6 +1,6 @@
 //! Request shapes, as kube-apiserver sends them.
 
-use crate::common::{call, Pool};
+use crate::pool::{call, Pool};
 use bytes::Bytes;
 use ephd::proto::etcdserverpb::{
     compare::{CompareResult, CompareTarget, TargetUnion},
@@ -82,7 +82,7 @@ pub async fn current_revision(pool: &Pool, key: &Bytes, timeout: Duration) -> Re
         timeout,
         kv.range(RangeRequest {
             key: key.clone(),
-            range_end: crate::common::prefix_end(key),
+            range_end: crate::keys::prefix_end(key),
             count_only: true,
             ..Default::default()
         }),
@@ -99,7 +99,7 @@ pub async fn count_prefix(pool: &Pool, prefix: &Bytes, timeout: Duration) -> Res
         timeout,
         kv.range(RangeRequest {
             key: prefix.clone(),
-            range_end: crate::common::prefix_end(prefix),
+            range_end: crate::keys::prefix_end(prefix),
             count_only: true,
             ..Default::default()
         }),

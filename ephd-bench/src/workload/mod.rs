@@ -1,0 +1,42 @@
+//! The workloads, one module each: what one client does per op (a
+//! [`Worker`](crate::driver::Worker)), its setup, and what it adds to the
+//! report. Everything they share (budget, progress, CPU sampling, client
+//! tasks, the report's common fields) is in `crate::driver`.
+
+mod churn;
+mod fanout;
+mod heartbeat;
+mod put;
+mod range;
+
+use crate::options::Common;
+use crate::report::Report;
+use clap::Subcommand;
+
+/// The subcommands.
+#[derive(Subcommand, Debug)]
+pub enum Workload {
+    /// Plain Puts over a key space (etcd's `benchmark put` shape).
+    Put(put::Args),
+    /// Node Lease renewals: CAS Txn updates, with a checking prefix watch.
+    LeaseHeartbeat(heartbeat::Args),
+    /// Event creates with shared leases, with a checking prefix watch.
+    EventChurn(churn::Args),
+    /// Full-prefix lists of preloaded objects, optionally paginated.
+    Range(range::Args),
+    /// Many watchers on one prefix, fed by writers at a fixed or max rate.
+    WatchFanout(fanout::Args),
+}
+
+impl Workload {
+    /// Runs the workload and returns its report.
+    pub async fn run(&self, c: &Common) -> Result<Report, String> {
+        match self {
+            Workload::Put(a) => put::run(c, a).await,
+            Workload::LeaseHeartbeat(a) => heartbeat::run(c, a).await,
+            Workload::EventChurn(a) => churn::run(c, a).await,
+            Workload::Range(a) => range::run(c, a).await,
+            Workload::WatchFanout(a) => fanout::run(c, a).await,
+        }
+    }
+}
