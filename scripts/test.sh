@@ -60,5 +60,5 @@ gate clippy cargo clippy --workspace --all-targets -- -D warnings
 if [ "$#" -gt 0 ]; then
   cargo test "$@"
 else
-  cargo test --all-targets --no-fail-fast
+  cargo test --workspace --all-targets --no-fail-fast
 fi
