@@ -29,6 +29,19 @@ struct Pending {
     events: Vec<Event>,
 }
 
+impl Pending {
+    /// A write at `rev`, the revision after `begin`; for a write that
+    /// changes nothing, `rev == begin`.
+    fn new(rev: i64, begin: i64) -> Self {
+        Pending {
+            rev,
+            begin,
+            changed: false,
+            events: Vec::new(),
+        }
+    }
+}
+
 impl Store {
     /// Runs a validated write txn with its keys locked. Returns the response
     /// and the revision to wait for before answering.
@@ -95,24 +108,14 @@ impl Store {
         self.lessor().attach_all(&attachments)?;
 
         if !changes {
-            let mut pending = Pending {
-                rev: begin,
-                begin,
-                changed: false,
-                events: Vec::new(),
-            };
+            let mut pending = Pending::new(begin, begin);
             let mut resp = self.run_ops(req, &path, access, &mut pending);
             resp.revision = begin;
             return Ok((resp, begin));
         }
         let ticket = self.sequencer().next();
         let rev = ticket.revision();
-        let mut pending = Pending {
-            rev,
-            begin: rev - 1,
-            changed: false,
-            events: Vec::new(),
-        };
+        let mut pending = Pending::new(rev, rev - 1);
         let mut resp = self.run_ops(req, &path, access, &mut pending);
         resp.revision = rev;
         self.stats().applied();
@@ -292,12 +295,7 @@ impl Store {
         }
         let ticket = self.sequencer().next();
         let rev = ticket.revision();
-        let mut w = Pending {
-            rev,
-            begin: rev - 1,
-            changed: false,
-            events: Vec::new(),
-        };
+        let mut w = Pending::new(rev, rev - 1);
         for kv in &doomed {
             self.delete_one(&mut access, kv, &mut w);
         }
