@@ -165,3 +165,40 @@ async fn accept_backs_off_when_file_descriptors_run_out() {
     .await;
     assert!(ephd.logs().contains("accepting client connections again"));
 }
+
+/// `/health` follows the alarms: unhealthy (503, etcd's reason) while
+/// NOSPACE is raised, healthy with `?exclude=NOSPACE`, and healthy again
+/// once the alarm is cleared, as on etcd 3.5+.
+#[tokio::test]
+async fn health_reports_raised_alarms() {
+    use etcd_client::{AlarmAction, AlarmOptions, AlarmType};
+    let metrics_port = free_port();
+    let url = format!("http://127.0.0.1:{metrics_port}");
+    let ephd = Ephd::start(&["--listen-metrics-urls", &url]);
+    let mut client = ephd.client().await;
+    let member = client.status().await.unwrap().header().unwrap().member_id();
+    let opts = || {
+        let mut o = AlarmOptions::new();
+        o.with_member(member);
+        Some(o)
+    };
+    client
+        .alarm(AlarmAction::Activate, AlarmType::Nospace, opts())
+        .await
+        .unwrap();
+    let (status, body) = http_get(metrics_port, "/health");
+    assert!(status.contains("503"), "{status}");
+    assert_eq!(
+        body.trim(),
+        r#"{"health":"false","reason":"ALARM NOSPACE"}"#
+    );
+    let (status, _) = http_get(metrics_port, "/health?exclude=NOSPACE");
+    assert!(status.contains("200"), "{status}");
+    client
+        .alarm(AlarmAction::Deactivate, AlarmType::Nospace, opts())
+        .await
+        .unwrap();
+    let (status, body) = http_get(metrics_port, "/health");
+    assert!(status.contains("200"), "{status}");
+    assert_eq!(body.trim(), r#"{"health":"true","reason":""}"#);
+}
