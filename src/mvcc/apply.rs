@@ -48,14 +48,18 @@ impl Store {
                 validate::check_put(&req)?;
                 self.alarm_table().check_write(true)?;
                 self.check_put_lease(&req)?;
-                let (resp, at) = self.apply_txn(one_op(RequestOp::Put(req)))?;
+                // Checked in full above: the write runs as a one-op txn
+                // without the txn checks (etcd's unary put has none).
+                let (resp, at) = self.write_txn(&one_op(RequestOp::Put(req)))?;
                 match resp.responses.into_iter().next() {
                     Some(ResponseOp::Put(p)) => Ok((Applied::Put(p), at)),
                     _ => unreachable!("a put txn answers with a put response"),
                 }
             }
             Entry::Delete(req) => {
-                let (resp, at) = self.apply_txn(one_op(RequestOp::Delete(req)))?;
+                validate::check_key(&req.key)?;
+                self.alarm_table().check_write(false)?;
+                let (resp, at) = self.write_txn(&one_op(RequestOp::Delete(req)))?;
                 match resp.responses.into_iter().next() {
                     Some(ResponseOp::Delete(d)) => Ok((Applied::Delete(d), at)),
                     _ => unreachable!("a delete txn answers with a delete response"),
