@@ -110,15 +110,7 @@ pub(super) fn encode(
     d.record(KIND_META, &meta.encode_to_vec())?;
     let mut records = 1u64;
     for kv in kvs {
-        let pb = mvccpb::KeyValue {
-            key: kv.key.clone(),
-            create_revision: kv.create_revision,
-            mod_revision: kv.mod_revision,
-            version: kv.version,
-            value: kv.value.clone(),
-            lease: kv.lease,
-        };
-        d.record(KIND_KV, &pb.encode_to_vec())?;
+        d.record(KIND_KV, &kv_payload(kv))?;
         records += 1;
     }
     for l in leases {
@@ -241,6 +233,19 @@ impl<R: Read> Reader<R> {
         body.remove(0);
         Ok((kind, body))
     }
+}
+
+/// A key-value record's payload: the key-value as etcd's `mvccpb.KeyValue`.
+pub(super) fn kv_payload(kv: &KeyValue) -> Vec<u8> {
+    mvccpb::KeyValue {
+        key: kv.key.clone(),
+        create_revision: kv.create_revision,
+        mod_revision: kv.mod_revision,
+        version: kv.version,
+        value: kv.value.clone(),
+        lease: kv.lease,
+    }
+    .encode_to_vec()
 }
 
 fn decode_err(n: u64, what: &str, e: prost::DecodeError) -> String {

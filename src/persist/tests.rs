@@ -162,17 +162,7 @@ fn trailing_bytes_are_an_error() {
 #[test]
 fn records_intact_one_by_one_but_wrong_together_are_errors() {
     let (kvs, _) = sample();
-    let pb = |kv: &Kv| {
-        mvccpb::KeyValue {
-            key: kv.key.clone(),
-            create_revision: kv.create_revision,
-            mod_revision: kv.mod_revision,
-            version: kv.version,
-            value: kv.value.clone(),
-            lease: kv.lease,
-        }
-        .encode_to_vec()
-    };
+    let pb = |kv: &Kv| format::kv_payload(kv);
     let l = |id| {
         LeaseRecord {
             id,
