@@ -69,15 +69,11 @@ fn health(alarms: &[AlarmMember], query: &str) -> Response {
         .filter_map(|kv| kv.strip_prefix("exclude="))
         .collect();
     let raised = alarms.iter().find_map(|a| {
-        let name = match a.alarm {
-            ALARM_NOSPACE => "NOSPACE",
-            ALARM_CORRUPT => "CORRUPT",
-            _ => "NONE",
-        };
-        let reason = match a.alarm {
-            ALARM_NOSPACE => "ALARM NOSPACE",
-            ALARM_CORRUPT => "ALARM CORRUPT",
-            _ => "ALARM UNKNOWN",
+        // The name `?exclude=` matches, and the reason etcd gives.
+        let (name, reason) = match a.alarm {
+            ALARM_NOSPACE => ("NOSPACE", "ALARM NOSPACE"),
+            ALARM_CORRUPT => ("CORRUPT", "ALARM CORRUPT"),
+            _ => ("NONE", "ALARM UNKNOWN"),
         };
         (!excluded.contains(&name)).then_some(reason)
     });

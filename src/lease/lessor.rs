@@ -282,6 +282,13 @@ impl Lessor {
         all
     }
 
+    /// Every granted lease's ID, ascending.
+    pub fn ids(&self) -> Vec<i64> {
+        let mut ids: Vec<i64> = self.inner.lock().leases.keys().copied().collect();
+        ids.sort_unstable();
+        ids
+    }
+
     /// Number of granted leases.
     pub fn len(&self) -> usize {
         self.inner.lock().leases.len()

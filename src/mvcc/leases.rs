@@ -88,12 +88,7 @@ impl Store {
     /// Every granted lease.
     pub fn lease_leases(&self) -> LeaseLeasesResponse {
         let revision = self.current_revision();
-        let ids = self
-            .lessor()
-            .all(false, Instant::now())
-            .into_iter()
-            .map(|l| l.id)
-            .collect();
+        let ids = self.lessor().ids();
         LeaseLeasesResponse { revision, ids }
     }
 

@@ -69,32 +69,32 @@ impl<U: Message + Default + 'static> Decoder for CheckedDecoder<U> {
     type Error = Status;
 
     fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<U>, Status> {
-        let too_deep =
-            |bytes: &[u8]| txn_depth(bytes, MAX_TXN_DEPTH).is_some_and(|d| d > MAX_TXN_DEPTH);
-        let decoded = if TypeId::of::<U>() != TypeId::of::<TxnRequest>() {
-            U::decode(buf)
-        } else if buf.chunk().len() == buf.remaining() {
-            // The usual case: the message is in one slice, scanned in place.
-            if too_deep(buf.chunk()) {
-                return Err(Status::invalid_argument(Error::TooManyOps.message()));
-            }
-            U::decode(buf)
-        } else {
-            let bytes = buf.copy_to_bytes(buf.remaining());
-            if too_deep(&bytes) {
-                return Err(Status::invalid_argument(Error::TooManyOps.message()));
-            }
-            U::decode(bytes)
+        if TypeId::of::<U>() != TypeId::of::<TxnRequest>() {
+            return U::decode(buf).map(Some).map_err(decode_error);
+        }
+        // The scan needs the message in one slice: usually it is, and is
+        // scanned in place; otherwise it is gathered first.
+        let gathered =
+            (buf.chunk().len() != buf.remaining()).then(|| buf.copy_to_bytes(buf.remaining()));
+        let bytes = gathered.as_deref().unwrap_or_else(|| buf.chunk());
+        if txn_depth(bytes, MAX_TXN_DEPTH).is_some_and(|d| d > MAX_TXN_DEPTH) {
+            return Err(Status::invalid_argument(Error::TooManyOps.message()));
+        }
+        let decoded = match gathered {
+            Some(bytes) => U::decode(bytes),
+            None => U::decode(buf),
         };
-        // The same answer as tonic-prost's decoder for malformed input.
-        decoded
-            .map(Some)
-            .map_err(|e| Status::internal(e.to_string()))
+        decoded.map(Some).map_err(decode_error)
     }
 
     fn buffer_settings(&self) -> BufferSettings {
         BufferSettings::default()
     }
+}
+
+/// The same answer as tonic-prost's decoder for malformed input.
+fn decode_error(e: prost::DecodeError) -> Status {
+    Status::internal(e.to_string())
 }
 
 /// Encodes one prost message after reserving its exact length.
