@@ -107,6 +107,35 @@ pub struct Config {
     #[arg(long, env = "EPHD_AUTO_COMPACTION_RETENTION", default_value = "0")]
     pub auto_compaction_retention: String,
 
+    /// Space quota in bytes of accounted memory (keys, values and a fixed
+    /// per-version overhead; Status reports it as the DB size). A write that
+    /// would go above it fails with "etcdserver: mvcc: database space
+    /// exceeded" and raises the NOSPACE alarm, as etcd does. 0 derives it
+    /// from the memory available to the process (cgroup limit included):
+    /// 40% of it, at most 8 GiB. A negative value turns the quota off.
+    #[arg(
+        long,
+        env = "EPHD_QUOTA_BACKEND_BYTES",
+        default_value_t = 0,
+        allow_negative_numbers = true
+    )]
+    pub quota_backend_bytes: i64,
+
+    /// Bytes of Range responses that may be built and in flight at once;
+    /// a list that does not fit waits for room, and one that waits longer
+    /// than `--overload-queue-timeout` fails with "etcdserver: too many
+    /// requests" (ResourceExhausted) for the client to retry. 0 derives it
+    /// from the memory available to the process: 20% of it, between 64 MiB
+    /// and 2 GiB.
+    #[arg(long, env = "EPHD_MAX_RESPONSE_BYTES_IN_FLIGHT", default_value_t = 0)]
+    pub max_response_bytes_in_flight: u64,
+
+    /// How long a Range may wait for room under
+    /// `--max-response-bytes-in-flight` before it is shed with "etcdserver:
+    /// too many requests".
+    #[arg(long, env = "EPHD_OVERLOAD_QUEUE_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
+    pub overload_queue_timeout: Duration,
+
     /// Server certificate (PEM) for https:// listen URLs.
     #[arg(long, env = "EPHD_CERT_FILE")]
     pub cert_file: Option<PathBuf>,

@@ -31,6 +31,12 @@ pub struct Metrics {
     pub lease_renewed: IntCounter,
     /// Leases expired (`etcd_server_lease_expired_total`).
     pub lease_expired: IntCounter,
+    /// The space quota (`etcd_server_quota_backend_bytes`), set at startup;
+    /// -1 when the quota is off.
+    pub quota_backend_bytes: IntGauge,
+    /// Range requests shed with "too many requests"
+    /// (`ephd_shed_requests_total`).
+    pub shed_total: IntCounter,
     db_total: IntGauge,
     db_in_use: IntGauge,
     keys: IntGauge,
@@ -127,15 +133,25 @@ impl Metrics {
                 "etcd_server_lease_expired_total",
                 "Number of expired leases.",
             ),
+            quota_backend_bytes: gauge(
+                &r,
+                "etcd_server_quota_backend_bytes",
+                "Space quota in bytes of accounted memory (-1: off).",
+            ),
+            shed_total: counter(
+                &r,
+                "ephd_shed_requests_total",
+                "Range requests refused with \"too many requests\" under overload.",
+            ),
             db_total: gauge(
                 &r,
                 "etcd_mvcc_db_total_size_in_bytes",
-                "Bytes of keys and values held, with history.",
+                "Accounted memory of keys, values and versions held, with history.",
             ),
             db_in_use: gauge(
                 &r,
                 "etcd_mvcc_db_total_size_in_use_in_bytes",
-                "Bytes of the newest live keys and values.",
+                "Accounted memory of the newest live keys and values.",
             ),
             keys: gauge(
                 &r,
@@ -160,8 +176,8 @@ impl Metrics {
     /// Renders every metric in Prometheus' text format.
     pub fn render(&self, store: &Store) -> String {
         let stats = store.stats();
-        self.db_total.set(stats.total_bytes.load(Ordering::Relaxed));
-        self.db_in_use.set(stats.live_bytes.load(Ordering::Relaxed));
+        self.db_total.set(stats.memory_bytes());
+        self.db_in_use.set(stats.memory_in_use());
         self.keys.set(stats.live_keys.load(Ordering::Relaxed));
         self.current_rev.set(store.current_revision());
         self.compact_rev.set(store.compacted_revision().max(0));

@@ -56,8 +56,8 @@ impl Maintenance for MaintenanceService {
         Ok(Response::new(pb::StatusResponse {
             header: info.header(store.current_revision()),
             version: ETCD_VERSION.to_string(),
-            db_size: stats.total_bytes.load(Ordering::Relaxed),
-            db_size_in_use: stats.live_bytes.load(Ordering::Relaxed),
+            db_size: stats.memory_bytes(),
+            db_size_in_use: stats.memory_in_use(),
             leader: info.member_id,
             raft_index: applied,
             raft_term: info.raft_term,

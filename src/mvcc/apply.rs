@@ -15,6 +15,7 @@
 //! revisions they got (a unit test replays concurrent runs serially and
 //! compares).
 
+use super::alarms;
 use super::entry::{Applied, Entry};
 use super::store::Store;
 use super::types::*;
@@ -47,6 +48,7 @@ impl Store {
             Entry::Put(req) => {
                 validate::check_put(&req)?;
                 self.alarm_table().check_write(true)?;
+                self.check_quota(alarms::put_cost(&req))?;
                 self.check_put_lease(&req)?;
                 // Checked in full above: the write runs as a one-op txn
                 // without the txn checks (etcd's unary put has none).
@@ -81,6 +83,7 @@ impl Store {
                     return Err(Error::LeaseTtlTooLarge);
                 }
                 self.alarm_table().check_write(true)?;
+                self.check_quota(alarms::LEASE_COST)?;
                 let _writers = self.range_writers().read();
                 self.check_running()?;
                 let ttl = self.lessor().grant(id, ttl)?;
@@ -110,6 +113,35 @@ impl Store {
         }
     }
 
+    /// The space quota: a write that would bring the accounted memory
+    /// above `--quota-backend-bytes` fails with "database space exceeded"
+    /// and raises NOSPACE, which then stops every write that takes space
+    /// until a client disarms it (etcd's quota: the write that does not fit
+    /// is refused, not applied). Depends only on the store's contents, so
+    /// every member decides the same.
+    fn check_quota(&self, cost: i64) -> Result<()> {
+        let Some(quota) = self.config().quota_bytes else {
+            return Ok(());
+        };
+        let used = self.stats().memory_bytes();
+        if used + cost <= quota {
+            return Ok(());
+        }
+        let member = self.config().member_id;
+        let raised = self
+            .alarm_table()
+            .apply(AlarmAction::Activate, member, alarms::ALARM_NOSPACE);
+        self.stats().applied();
+        tracing::warn!(
+            used_bytes = used,
+            quota_bytes = quota,
+            ?raised,
+            "space quota reached: NOSPACE alarm raised; writes that take space fail until \
+             space is freed (delete, compact) and the alarm is disarmed"
+        );
+        Err(Error::NoSpace)
+    }
+
     /// A unary Put's lease check before its txn: as etcd's unary put does,
     /// before the ignore flags, that its lease exists unless unknown leases
     /// are adopted.
@@ -130,8 +162,11 @@ impl Store {
         if validate::is_read_only(&req) {
             return self.read_txn(&req).map(|r| (r, 0));
         }
-        self.alarm_table()
-            .check_write(super::alarms::txn_takes_space(&req))?;
+        let takes_space = alarms::txn_takes_space(&req);
+        self.alarm_table().check_write(takes_space)?;
+        if takes_space {
+            self.check_quota(alarms::txn_cost(&req))?;
+        }
         self.write_txn(&req)
     }
 

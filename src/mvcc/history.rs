@@ -50,10 +50,11 @@ pub(crate) fn push(versions: &mut History, version: Version) {
 
 /// Compaction at `rev`: removes every version below `rev` except the newest
 /// one at or below it, and that one too if it is a tombstone (nobody can
-/// read a deleted key at or after `rev`). Returns the bytes freed.
-pub(crate) fn prune(versions: &mut History, rev: i64) -> i64 {
+/// read a deleted key at or after `rev`). Returns the key and value bytes
+/// freed and the number of versions removed.
+pub(crate) fn prune(versions: &mut History, rev: i64) -> (i64, i64) {
     let Some(keep_from) = versions.iter().rposition(|v| v.rev <= rev) else {
-        return 0;
+        return (0, 0);
     };
     let drop_to = if versions[keep_from].kv.is_none() {
         keep_from + 1
@@ -61,7 +62,7 @@ pub(crate) fn prune(versions: &mut History, rev: i64) -> i64 {
         keep_from
     };
     if drop_to == 0 {
-        return 0;
+        return (0, 0);
     }
     let freed = versions[..drop_to]
         .iter()
@@ -71,7 +72,7 @@ pub(crate) fn prune(versions: &mut History, rev: i64) -> i64 {
     if versions.capacity() > 2 * versions.len() + 1 {
         versions.shrink_to_fit();
     }
-    freed
+    (freed, drop_to as i64)
 }
 
 #[cfg(test)]
@@ -115,7 +116,7 @@ mod tests {
     #[test]
     fn prune_keeps_the_newest_version_at_or_below_the_compaction() {
         let mut h: History = smallvec::smallvec![v(2, true), v(4, true), v(6, true)];
-        assert_eq!(prune(&mut h, 5), 4, "one version of k=val freed");
+        assert_eq!(prune(&mut h, 5), (4, 1), "one version of k=val freed");
         assert_eq!(revs(&h), vec![4, 6]);
         // Reads at and above the compaction are unchanged.
         assert_eq!(visible(&h, 5).unwrap().mod_revision, 4);
@@ -125,7 +126,7 @@ mod tests {
     #[test]
     fn prune_drops_a_tombstone_at_or_below_the_compaction() {
         let mut h: History = smallvec::smallvec![v(2, true), v(4, false)];
-        prune(&mut h, 5);
+        assert_eq!(prune(&mut h, 5), (4, 2), "the version and its tombstone");
         assert!(h.is_empty(), "a deleted key leaves no history");
         let mut h: History = smallvec::smallvec![v(2, true), v(4, false), v(7, true)];
         prune(&mut h, 4);
@@ -135,12 +136,12 @@ mod tests {
     #[test]
     fn prune_leaves_histories_entirely_above_the_compaction() {
         let mut h: History = smallvec::smallvec![v(7, true), v(8, false)];
-        assert_eq!(prune(&mut h, 5), 0);
+        assert_eq!(prune(&mut h, 5), (0, 0));
         assert_eq!(revs(&h), vec![7, 8]);
         let mut h: History = smallvec::smallvec![v(5, true)];
         assert_eq!(
             prune(&mut h, 5),
-            0,
+            (0, 0),
             "the newest version at the revision stays"
         );
         assert_eq!(revs(&h), vec![5]);

@@ -44,6 +44,13 @@ pub struct StoreConfig {
     pub initial_revision: i64,
     /// Lease settings.
     pub lessor: LessorConfig,
+    /// The space quota (`--quota-backend-bytes`): a write that takes space
+    /// and would bring [`Stats::memory_bytes`] above it fails with
+    /// "database space exceeded" and raises the NOSPACE alarm. `None`: no
+    /// quota.
+    pub quota_bytes: Option<i64>,
+    /// The member ID a NOSPACE alarm raised by the quota is recorded under.
+    pub member_id: u64,
 }
 
 impl Default for StoreConfig {
@@ -52,6 +59,8 @@ impl Default for StoreConfig {
             max_txn_ops: 128,
             initial_revision: 1,
             lessor: LessorConfig::default(),
+            quota_bytes: None,
+            member_id: 0,
         }
     }
 }

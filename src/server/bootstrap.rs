@@ -39,6 +39,7 @@
 use super::revisions::{
     has_compact_rev_key, start_revision, Known, RevisionGuard, COMPACT_REV_KEY, RESERVE_AHEAD,
 };
+use crate::api::ServerInfo;
 use crate::config::Config;
 use crate::lease::LessorConfig;
 use crate::mvcc::{PutRequest, RangeRequest, Store, StoreConfig};
@@ -172,7 +173,11 @@ fn report_losses(recovery: &Recovery, prev: Option<RevisionState>, start: i64) {
 /// readable snapshot, picks the start revision, creates `compact_rev_key`
 /// when revisions continue, and writes the revision state before anything
 /// is served.
-pub(super) fn build_store(config: &Config, wall_ms: i64) -> Result<Boot, String> {
+pub(super) fn build_store(
+    config: &Config,
+    wall_ms: i64,
+    quota_bytes: Option<i64>,
+) -> Result<Boot, String> {
     let continuity = config.revision_continuity;
     let strict = config.strict_restore || !continuity;
     let (recovery, prev) = match &config.data_dir {
@@ -206,6 +211,8 @@ pub(super) fn build_store(config: &Config, wall_ms: i64) -> Result<Boot, String>
             adopt_unknown_ttl: adopt,
             ..LessorConfig::default()
         },
+        quota_bytes,
+        member_id: ServerInfo::new(&config.name, config.advertised_urls()).member_id,
     });
     if let Some((path, r)) = recovery.restored {
         tracing::info!(

@@ -64,7 +64,7 @@ fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
 fn a_clock_stepped_back_does_not_move_the_start_backwards() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(dir.path(), &[]);
-    let a = build_store(&cfg, T).unwrap();
+    let a = build_store(&cfg, T, None).unwrap();
     let highest = traffic(&a.store, 100);
     // A crash: no snapshot, only the state file written at start.
     drop(a);
@@ -73,7 +73,7 @@ fn a_clock_stepped_back_does_not_move_the_start_backwards() {
         start_revision(true, &Known::default(), stepped) < highest,
         "the clock alone would go backwards"
     );
-    let b = build_store(&cfg, stepped).unwrap();
+    let b = build_store(&cfg, stepped, None).unwrap();
     let start_b = b.store.current_revision();
     assert!(
         start_b > highest,
@@ -85,7 +85,7 @@ fn a_clock_stepped_back_does_not_move_the_start_backwards() {
     let highest_b = traffic(&b.store, 10);
     snapshot(&b.store, dir.path(), stepped);
     fs::remove_file(dir.path().join(persist::STATE_FILE)).unwrap();
-    let c = build_store(&cfg, stepped - HOUR_MS).unwrap();
+    let c = build_store(&cfg, stepped - HOUR_MS, None).unwrap();
     assert!(c.store.current_revision() > highest_b);
     assert_eq!(keys(&c.store).len(), 11, "10 events and compact_rev_key");
 }
@@ -168,7 +168,7 @@ fn compact_rev_key_without_continuity_or_data_dir_is_warned_about() {
 fn damaged_snapshots_restore_an_older_one_start_empty_or_refuse() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let a = build_store(&config(d, &[]), T).unwrap();
+    let a = build_store(&config(d, &[]), T, None).unwrap();
     traffic(&a.store, 5);
     snapshot(&a.store, d, T);
     let highest = traffic(&a.store, 5);
@@ -181,7 +181,9 @@ fn damaged_snapshots_restore_an_older_one_start_empty_or_refuse() {
     let before = files(d);
 
     for strict in [&["--strict-restore"][..], &["--revision-continuity=false"]] {
-        let err = build_store(&config(d, strict), T).err().expect("refused");
+        let err = build_store(&config(d, strict), T, None)
+            .err()
+            .expect("refused");
         assert!(
             err.contains("refusing to start") && err.contains(newest.to_str().unwrap()),
             "{strict:?}: {err}"
@@ -190,7 +192,7 @@ fn damaged_snapshots_restore_an_older_one_start_empty_or_refuse() {
     }
 
     // Default: the older generation (5 events and compact_rev_key).
-    let b = build_store(&config(d, &[]), T - HOUR_MS).unwrap();
+    let b = build_store(&config(d, &[]), T - HOUR_MS, None).unwrap();
     assert_eq!(keys(&b.store).len(), 6);
     assert!(b.store.current_revision() > highest);
     assert!(!newest.exists(), "moved aside");
@@ -200,7 +202,7 @@ fn damaged_snapshots_restore_an_older_one_start_empty_or_refuse() {
     for (_, path) in persist::list(d).unwrap() {
         fs::write(&path, b"EPHDSNAP2\n").unwrap();
     }
-    let c = build_store(&config(d, &[]), T - 2 * HOUR_MS).unwrap();
+    let c = build_store(&config(d, &[]), T - 2 * HOUR_MS, None).unwrap();
     assert_eq!(keys(&c.store), vec![Bytes::from_static(b"compact_rev_key")]);
     assert!(c.store.current_revision() > highest);
     let corrupt = fs::read_dir(d)
@@ -220,7 +222,7 @@ fn damaged_snapshots_restore_an_older_one_start_empty_or_refuse() {
 fn a_damaged_state_file_is_moved_aside_or_refused() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let a = build_store(&config(d, &[]), T).unwrap();
+    let a = build_store(&config(d, &[]), T, None).unwrap();
     let highest = traffic(&a.store, 3);
     drop(a);
     fs::write(
@@ -228,7 +230,7 @@ fn a_damaged_state_file_is_moved_aside_or_refused() {
         b"ephd-state 1\nrevisions-used-up",
     )
     .unwrap();
-    let err = build_store(&config(d, &["--strict-restore"]), T)
+    let err = build_store(&config(d, &["--strict-restore"]), T, None)
         .err()
         .unwrap();
     assert!(
@@ -237,7 +239,7 @@ fn a_damaged_state_file_is_moved_aside_or_refused() {
     );
     // The state is lost: only the wall clock (one second later) covers the
     // previous run now.
-    let b = build_store(&config(d, &[]), T + 1000).unwrap();
+    let b = build_store(&config(d, &[]), T + 1000, None).unwrap();
     assert!(
         b.store.current_revision() > highest,
         "the clock still covers it"
@@ -264,12 +266,14 @@ fn continuity_off_is_refused_when_the_compaction_key_would_vanish() {
     let d = dir.path();
     // A run with continuity (so with compact_rev_key) that crashed before
     // its first snapshot.
-    let a = build_store(&config(d, &[]), T).unwrap();
+    let a = build_store(&config(d, &[]), T, None).unwrap();
     traffic(&a.store, 3);
     drop(a);
     let before = files(d);
     let off = ["--revision-continuity=false"];
-    let err = build_store(&config(d, &off), T).err().expect("refused");
+    let err = build_store(&config(d, &off), T, None)
+        .err()
+        .expect("refused");
     assert!(
         err.contains("compact_rev_key") && err.contains("compactor panics"),
         "{err}"
@@ -278,11 +282,11 @@ fn continuity_off_is_refused_when_the_compaction_key_would_vanish() {
 
     // With a snapshot that holds the key, the start goes ahead (with a
     // warning) at the snapshot's revision, key included.
-    let b = build_store(&config(d, &[]), T).unwrap();
+    let b = build_store(&config(d, &[]), T, None).unwrap();
     let rev = traffic(&b.store, 2);
     snapshot(&b.store, d, T);
     drop(b);
-    let c = build_store(&config(d, &off), T).unwrap();
+    let c = build_store(&config(d, &off), T, None).unwrap();
     assert_eq!(c.store.current_revision(), rev);
     assert!(has_compact_rev_key(&c.store));
     let state = persist::state::read(d).unwrap().unwrap();
@@ -290,9 +294,9 @@ fn continuity_off_is_refused_when_the_compaction_key_would_vanish() {
 
     // A continuity=false data dir whose runs never saw the key starts at 1.
     let fresh = tempfile::tempdir().unwrap();
-    let e = build_store(&config(fresh.path(), &off), T).unwrap();
+    let e = build_store(&config(fresh.path(), &off), T, None).unwrap();
     assert_eq!(e.store.current_revision(), 1);
     drop(e);
-    let e = build_store(&config(fresh.path(), &off), T).unwrap();
+    let e = build_store(&config(fresh.path(), &off), T, None).unwrap();
     assert_eq!(e.store.current_revision(), 1);
 }

@@ -4,10 +4,12 @@
 
 mod accept;
 mod bootstrap;
+pub mod memory;
 pub mod revisions;
 mod tasks;
 
 use bootstrap::build_store;
+use memory::MemoryPlan;
 use revisions::{guard_revisions, RevisionGuard};
 pub use revisions::{start_revision, COMPACT_REV_KEY};
 use tasks::{auto_compact, expire_leases, snapshot_loop, write_snapshot};
@@ -98,7 +100,15 @@ impl Server {
     /// Restores state, builds the store and binds every listen URL. Fails
     /// (without panicking) on bad URLs, ports in use or unreadable snapshots.
     pub async fn bind(config: Config) -> Result<Server, String> {
-        let boot = build_store(&config, crate::persist::wall_clock_ms())?;
+        let memory = MemoryPlan::new(&config, memory::memory_limit());
+        tracing::info!(
+            limit_bytes = memory.limit.bytes,
+            limit_from = memory.limit.source,
+            quota_bytes = memory.quota_bytes.unwrap_or(-1),
+            response_bytes_in_flight = memory.response_bytes,
+            "memory bounds"
+        );
+        let boot = build_store(&config, crate::persist::wall_clock_ms(), memory.quota_bytes)?;
         let store = Arc::new(boot.store);
         let mut info = ServerInfo::new(&config.name, config.advertised_urls());
         info.max_request_bytes = config.max_request_bytes;
@@ -122,11 +132,15 @@ impl Server {
             None
         };
         let (stop, stop_rx) = watch::channel(false);
+        let metrics = Metrics::new();
+        metrics
+            .quota_backend_bytes
+            .set(memory.quota_bytes.unwrap_or(-1));
         Ok(Server {
             shared: Shared {
                 store,
                 info: Arc::new(info),
-                metrics: Arc::new(Metrics::new()),
+                metrics: Arc::new(metrics),
                 stop: stop_rx,
             },
             stop,

@@ -339,6 +339,11 @@ impl StockEtcd {
     /// leader. Panics when `etcd` is not installed: tests must never skip
     /// silently, and `scripts/test.sh` installs it.
     pub fn start() -> StockEtcd {
+        Self::start_with(&[])
+    }
+
+    /// [`StockEtcd::start`] with extra etcd flags.
+    pub fn start_with(extra_args: &[&str]) -> StockEtcd {
         let etcd = find_on_path("etcd").unwrap_or_else(|| {
             panic!("stock etcd not found: run scripts/test.sh which installs etcd-server")
         });
@@ -352,7 +357,8 @@ impl StockEtcd {
             let peer_port = free_port();
             let client = format!("http://127.0.0.1:{client_port}");
             let peer = format!("http://127.0.0.1:{peer_port}");
-            let cmd = stock_etcd_command(&etcd, data_dir.path(), &client, &peer);
+            let mut cmd = stock_etcd_command(&etcd, data_dir.path(), &client, &peer);
+            cmd.args(extra_args);
             let mut process = ServerProcess::spawn("stock etcd", cmd);
             match process.wait_ready(&client) {
                 Ok(()) => {

@@ -182,38 +182,78 @@ fn assert_same_state(a: &Store, b: &Store, step: usize) {
     assert_eq!(a.alarms(), b.alarms(), "alarms after step {step}");
 }
 
-fn replay_twice(seed: u64, config: StoreConfig, steps: usize) {
+/// What a replay exercised.
+#[derive(Debug)]
+struct Replayed {
+    steps: usize,
+    errors: usize,
+    successes: usize,
+    revisions: i64,
+    /// Writes refused while an alarm was raised.
+    refused_by_alarm: usize,
+    /// Writes the space quota refused (a NoSpace with no alarm raised
+    /// before the write).
+    refused_by_quota: usize,
+}
+
+impl Replayed {
+    /// The generator exercised both successes and etcd's errors, and
+    /// writes under raised alarms.
+    fn assert_exercised(&self) {
+        assert!(self.errors > self.steps / 20, "{self:?}");
+        assert!(self.successes > self.steps / 2, "{self:?}");
+        assert!(self.revisions > self.steps as i64 / 4, "{self:?}");
+        assert!(self.refused_by_alarm > 0, "{self:?}");
+    }
+}
+
+/// Applies `steps` random entries to two fresh stores and compares them
+/// after every step.
+fn replay_twice(seed: u64, config: StoreConfig, steps: usize) -> Replayed {
     let mut rng = StdRng::seed_from_u64(seed);
     let a = Store::new(config.clone());
     let b = Store::new(config);
-    let mut outcomes = [0usize; 2];
-    let mut refused_by_alarm = 0;
+    let start = a.current_revision();
+    let mut out = Replayed {
+        steps,
+        errors: 0,
+        successes: 0,
+        revisions: 0,
+        refused_by_alarm: 0,
+        refused_by_quota: 0,
+    };
     for step in 0..steps {
         let entry = random_entry(&mut rng, &a);
+        let no_alarm_before = a.alarms().is_empty();
         let ra: Result<Applied> = a.apply(entry.clone());
         let rb = b.apply(entry.clone());
         assert_eq!(ra, rb, "step {step}: {entry:?}");
-        outcomes[ra.is_ok() as usize] += 1;
-        if matches!(
-            ra,
-            Err(crate::error::Error::NoSpace | crate::error::Error::Corrupt)
-        ) {
-            refused_by_alarm += 1;
+        match &ra {
+            Ok(_) => out.successes += 1,
+            Err(e) => {
+                out.errors += 1;
+                let refused = matches!(
+                    e,
+                    crate::error::Error::NoSpace | crate::error::Error::Corrupt
+                );
+                if refused && no_alarm_before {
+                    out.refused_by_quota += 1;
+                } else if refused {
+                    out.refused_by_alarm += 1;
+                }
+            }
         }
         assert_same_state(&a, &b, step);
     }
     assert_eq!(log(&a), log(&b), "change logs");
-    // The generator must exercise both successes and etcd's errors.
-    assert!(outcomes[0] > steps / 20, "errors: {outcomes:?}");
-    assert!(outcomes[1] > steps / 2, "successes: {outcomes:?}");
-    assert!(a.current_revision() > steps as i64 / 4, "revisions moved");
-    assert!(refused_by_alarm > 0, "some writes ran under a raised alarm");
+    out.revisions = a.current_revision() - start;
+    out
 }
 
 #[test]
 fn the_same_entries_give_the_same_state_on_two_stores() {
     for seed in 0..4 {
-        replay_twice(seed, StoreConfig::default(), 1_500);
+        replay_twice(seed, StoreConfig::default(), 1_500).assert_exercised();
     }
 }
 
@@ -228,7 +268,24 @@ fn determinism_holds_with_lease_adoption_and_a_bumped_start() {
         ..Default::default()
     };
     for seed in 10..13 {
-        replay_twice(seed, config.clone(), 1_500);
+        replay_twice(seed, config.clone(), 1_500).assert_exercised();
+    }
+}
+
+#[test]
+fn quota_decisions_are_the_same_on_two_stores() {
+    // A quota the random entries reach and leave again (deletes,
+    // compactions, disarms), so refusals and raised alarms are compared.
+    let config = StoreConfig {
+        quota_bytes: Some(25_000),
+        // The member the random disarms name, so they clear it too.
+        member_id: 1,
+        ..Default::default()
+    };
+    for seed in 20..23 {
+        let r = replay_twice(seed, config.clone(), 1_500);
+        assert!(r.refused_by_quota > 0, "seed {seed}: {r:?}");
+        assert!(r.successes > r.steps / 4, "seed {seed}: {r:?}");
     }
 }
 

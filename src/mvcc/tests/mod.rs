@@ -2,6 +2,7 @@
 //! and store-level semantics (compaction, the change log, leases).
 
 mod determinism;
+mod quota;
 mod semantics;
 
 use super::*;
