@@ -65,6 +65,10 @@ pub enum Error {
     NoSpace,
     /// A write while the CORRUPT alarm is raised.
     Corrupt,
+    /// A request shed because the server is overloaded (etcd sends it when
+    /// its apply loop falls behind; ephd when a Range cannot get room for
+    /// its response in time). Clients retry it.
+    TooManyRequests,
     /// The server is shutting down and accepts no more writes.
     Stopped,
     /// The server is shutting down and ends a long-lived stream (Watch,
@@ -105,7 +109,7 @@ impl Error {
             Error::LeaseNotFound => Code::NotFound,
             Error::LeaseExist | Error::AuthNotEnabled => Code::FailedPrecondition,
             Error::Stopped | Error::StreamShutdown => Code::Unavailable,
-            Error::NoSpace => Code::ResourceExhausted,
+            Error::NoSpace | Error::TooManyRequests => Code::ResourceExhausted,
             Error::Corrupt => Code::DataLoss,
             Error::AuthUnsupported
             | Error::MembershipUnsupported
@@ -135,6 +139,7 @@ impl Error {
             Error::Stopped => "etcdserver: server stopped",
             Error::NoSpace => "etcdserver: mvcc: database space exceeded",
             Error::Corrupt => "etcdserver: corrupt cluster",
+            Error::TooManyRequests => "etcdserver: too many requests",
             Error::StreamShutdown => "ephd: server is shutting down",
             Error::AuthNotEnabled => "etcdserver: authentication is not enabled",
             Error::AuthUnsupported => {
@@ -171,6 +176,11 @@ pub const INTERNAL_ENCODE_FAILED: &str = "cannot encode message";
 /// Prefix of the Internal status sent when the blocking compaction task
 /// fails (followed by `: ` and the task's error); not an etcd error.
 pub const INTERNAL_COMPACTION_FAILED: &str = "compaction task failed";
+
+/// Prefix of the Internal status sent when the blocking task building a
+/// large Range fails (followed by `: ` and the task's error); not an etcd
+/// error.
+pub const INTERNAL_RANGE_FAILED: &str = "range task failed";
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -272,6 +282,11 @@ mod tests {
                 Error::NoSpace,
                 Code::ResourceExhausted,
                 "etcdserver: mvcc: database space exceeded",
+            ),
+            (
+                Error::TooManyRequests,
+                Code::ResourceExhausted,
+                "etcdserver: too many requests",
             ),
             (
                 Error::Corrupt,

@@ -136,6 +136,19 @@ pub(crate) fn range_response(
     }
 }
 
+/// About how much memory a Range response takes from conversion until it
+/// has been sent: each key-value's wire form (key, value, revisions and
+/// field tags) plus the message struct it is encoded from.
+pub(crate) fn range_response_size(r: &core::RangeResponse) -> u64 {
+    const PER_KV: usize = 40 + std::mem::size_of::<mvccpb::KeyValue>();
+    let bytes: usize = r
+        .kvs
+        .iter()
+        .map(|k| k.key.len() + if r.keys_only { 0 } else { k.value.len() } + PER_KV)
+        .sum();
+    (bytes + 64) as u64
+}
+
 pub(crate) fn put_response(
     r: core::PutResponse,
     header: Option<pb::ResponseHeader>,

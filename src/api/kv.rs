@@ -6,6 +6,12 @@ use crate::proto::etcdserverpb::{self as pb, kv_server::Kv};
 use prost::Message;
 use tonic::{Request, Response, Status};
 
+fn count_shed(metrics: &crate::metrics::Metrics, s: &Status) {
+    if s.code() == tonic::Code::ResourceExhausted {
+        metrics.shed_total.inc();
+    }
+}
+
 /// Serves Range, Put, DeleteRange, Txn and Compact.
 pub struct KvService(pub Shared);
 
@@ -20,12 +26,31 @@ impl Kv for KvService {
             store,
             info,
             metrics,
+            overload,
             ..
         } = &self.0;
         metrics.range_total.inc();
-        let resp = store.range(&convert::range_request(req)).map_err(status)?;
+        let req = convert::range_request(req);
+        if req.range_end.is_empty() || req.count_only {
+            // One key, or a count: small, answered right here.
+            let resp = store.range(&req).map_err(status)?;
+            let header = info.header(resp.revision);
+            return Ok(Response::new(convert::range_response(resp, header)));
+        }
+        // A span of keys may be a list of thousands: built off the async
+        // workers, and sent only with room in the response budget.
+        let deadline = overload.deadline();
+        let store = store.clone();
+        let built = overload.build(deadline, move || store.range(&req)).await;
+        let resp = built.inspect_err(|s| count_shed(metrics, s))?;
+        let permit = overload
+            .room(convert::range_response_size(&resp), deadline)
+            .await
+            .inspect_err(|s| count_shed(metrics, s))?;
         let header = info.header(resp.revision);
-        Ok(Response::new(convert::range_response(resp, header)))
+        let mut out = Response::new(convert::range_response(resp, header));
+        out.extensions_mut().insert(permit);
+        Ok(out)
     }
 
     async fn put(&self, req: Request<pb::PutRequest>) -> Result<Response<pb::PutResponse>, Status> {

@@ -10,6 +10,7 @@ mod kv;
 mod lease;
 mod limits;
 mod maintenance;
+mod overload;
 mod watch;
 
 pub use auth::AuthService;
@@ -18,6 +19,7 @@ pub use kv::KvService;
 pub use lease::LeaseService;
 pub use limits::GrpcGoLimits;
 pub use maintenance::MaintenanceService;
+pub use overload::{HoldResponsePermits, Overload, ResponsePermit};
 pub use watch::WatchService;
 
 use crate::error::{Code, Error};
@@ -98,6 +100,8 @@ pub struct Shared {
     pub info: Arc<ServerInfo>,
     /// Counters and gauges.
     pub metrics: Arc<Metrics>,
+    /// Limits on large reads (see `overload.rs`).
+    pub overload: Arc<Overload>,
     /// Turns true when the server shuts down; long-lived streams end then.
     pub stop: tokio::sync::watch::Receiver<bool>,
 }

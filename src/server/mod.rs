@@ -15,8 +15,8 @@ pub use revisions::{start_revision, COMPACT_REV_KEY};
 use tasks::{auto_compact, expire_leases, snapshot_loop, write_snapshot};
 
 use crate::api::{
-    AuthService, ClusterService, GrpcGoLimits, KvService, LeaseService, MaintenanceService,
-    ServerInfo, Shared, WatchService,
+    AuthService, ClusterService, GrpcGoLimits, HoldResponsePermits, KvService, LeaseService,
+    MaintenanceService, Overload, ServerInfo, Shared, WatchService,
 };
 use crate::config::{listen_addr, AutoCompaction, Config};
 use crate::metrics::Metrics;
@@ -96,6 +96,15 @@ fn tls_config(config: &Config) -> Result<tonic::transport::ServerTlsConfig, Stri
     Ok(tls)
 }
 
+/// How many large Ranges are built at once: all cores but one, so the async
+/// workers that serve heartbeats and writes always have a core to run on.
+fn list_builders() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get().saturating_sub(1))
+        .unwrap_or(1)
+        .max(1)
+}
+
 impl Server {
     /// Restores state, builds the store and binds every listen URL. Fails
     /// (without panicking) on bad URLs, ports in use or unreadable snapshots.
@@ -141,6 +150,11 @@ impl Server {
                 store,
                 info: Arc::new(info),
                 metrics: Arc::new(metrics),
+                overload: Arc::new(Overload::new(
+                    list_builders(),
+                    memory.response_bytes,
+                    config.overload_queue_timeout,
+                )),
                 stop: stop_rx,
             },
             stop,
@@ -248,6 +262,7 @@ impl Server {
             }
             let router = builder
                 .layer(GrpcGoLimits)
+                .layer(HoldResponsePermits)
                 .max_concurrent_streams(Some(u32::MAX))
                 .http2_keepalive_interval(Some(Duration::from_secs(2 * 3600)))
                 .http2_keepalive_timeout(Some(Duration::from_secs(20)))

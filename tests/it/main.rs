@@ -16,6 +16,7 @@ mod lease;
 mod limits;
 mod maintenance;
 mod operations;
+mod overload;
 mod quota;
 mod restart;
 mod smoke;

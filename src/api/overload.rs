@@ -1,0 +1,217 @@
+//! Bounded work for large reads, so a list storm cannot take the memory or
+//! the async workers that everything else (lease heartbeats first) needs.
+//!
+//! A Range over a span of keys is built on a blocking thread, at most
+//! [`Overload::builders`] at a time, never on the async workers that serve
+//! every other request. Its response then needs room in a byte budget
+//! (`--max-response-bytes-in-flight`) for as long as it exists: from before
+//! it is converted until the last byte has left the server (or the client
+//! went away), because a response handed to HTTP/2 stays in memory until
+//! the client has read it. A Range that cannot start building or get room
+//! within `--overload-queue-timeout` is shed with etcd's "etcdserver: too
+//! many requests" (ResourceExhausted), which clients retry; a response
+//! larger than the whole budget waits until it can have all of it.
+//!
+//! Single-key reads and writes never wait here: they are small and must
+//! stay fast while lists queue.
+
+use crate::error::{Error, INTERNAL_RANGE_FAILED};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
+use tonic::codegen::http;
+use tonic::Status;
+
+/// Budget units are KiB, so a `u32` permit count covers 4 TiB.
+const UNIT: u64 = 1024;
+
+/// The shared limits on large reads.
+#[derive(Debug)]
+pub struct Overload {
+    builders: Arc<Semaphore>,
+    builder_count: usize,
+    budget: Arc<Semaphore>,
+    budget_units: u32,
+    queue_timeout: Duration,
+}
+
+/// Room in the response budget, held until the response is gone.
+#[derive(Debug, Clone)]
+pub struct ResponsePermit(#[allow(dead_code)] Arc<OwnedSemaphorePermit>);
+
+impl Overload {
+    /// Limits of `builders` concurrent builds and `budget_bytes` of
+    /// responses, waiting at most `queue_timeout` for either.
+    pub fn new(builders: usize, budget_bytes: u64, queue_timeout: Duration) -> Overload {
+        let builders = builders.max(1);
+        let units = (budget_bytes / UNIT).clamp(1, u32::MAX as u64 >> 1) as u32;
+        Overload {
+            builders: Arc::new(Semaphore::new(builders)),
+            builder_count: builders,
+            budget: Arc::new(Semaphore::new(units as usize)),
+            budget_units: units,
+            queue_timeout,
+        }
+    }
+
+    /// How many large reads are built at once.
+    pub fn builders(&self) -> usize {
+        self.builder_count
+    }
+
+    /// Bytes of the response budget not in use now.
+    pub fn budget_available(&self) -> u64 {
+        self.budget.available_permits() as u64 * UNIT
+    }
+
+    /// The deadline a request arriving now must start by.
+    pub fn deadline(&self) -> Instant {
+        Instant::now() + self.queue_timeout
+    }
+
+    /// Runs `build` on a blocking thread once a builder slot is free,
+    /// unless `deadline` passes first ("too many requests").
+    pub async fn build<T, F>(&self, deadline: Instant, build: F) -> Result<T, Status>
+    where
+        F: FnOnce() -> crate::error::Result<T> + Send + 'static,
+        T: Send + 'static,
+    {
+        let slot = tokio::time::timeout_at(deadline, self.builders.clone().acquire_owned())
+            .await
+            .map_err(|_| shed())?
+            .map_err(|_| shed())?;
+        let out = tokio::task::spawn_blocking(move || {
+            let _slot = slot;
+            build()
+        })
+        .await;
+        match out {
+            Ok(result) => result.map_err(super::status),
+            // The build panicked: an internal error for this request, not
+            // the server's end.
+            Err(e) => Err(Status::internal(format!("{INTERNAL_RANGE_FAILED}: {e}"))),
+        }
+    }
+
+    /// Room for a response of about `bytes`, unless `deadline` passes first
+    /// ("too many requests"). A response larger than the whole budget
+    /// waits for all of it.
+    pub async fn room(&self, bytes: u64, deadline: Instant) -> Result<ResponsePermit, Status> {
+        let units = bytes.div_ceil(UNIT).clamp(1, self.budget_units as u64) as u32;
+        let permit =
+            tokio::time::timeout_at(deadline, self.budget.clone().acquire_many_owned(units))
+                .await
+                .map_err(|_| shed())?
+                .map_err(|_| shed())?;
+        Ok(ResponsePermit(Arc::new(permit)))
+    }
+}
+
+/// etcd's answer for a request the server has no room for now.
+fn shed() -> Status {
+    super::status(Error::TooManyRequests)
+}
+
+/// Moves a [`ResponsePermit`] that a handler left in its response's
+/// extensions into the response body, so the room is given back when the
+/// body has been sent or dropped, not when the handler returned.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct HoldResponsePermits;
+
+impl<S> tower::Layer<S> for HoldResponsePermits {
+    type Service = tower::util::MapResponse<S, fn(HttpResponse) -> HttpResponse>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        tower::util::MapResponse::new(inner, hold as fn(HttpResponse) -> HttpResponse)
+    }
+}
+
+type HttpResponse = http::Response<tonic::body::Body>;
+
+fn hold(mut resp: HttpResponse) -> HttpResponse {
+    match resp.extensions_mut().remove::<ResponsePermit>() {
+        None => resp,
+        Some(permit) => resp.map(|inner| {
+            tonic::body::Body::new(PermitBody {
+                inner,
+                _permit: permit,
+            })
+        }),
+    }
+}
+
+/// A response body that holds its room in the budget until dropped.
+struct PermitBody {
+    inner: tonic::body::Body,
+    _permit: ResponsePermit,
+}
+
+impl http_body::Body for PermitBody {
+    type Data = bytes::Bytes;
+    type Error = tonic::Status;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<std::result::Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn room_is_shared_and_given_back_when_the_permit_goes() {
+        let o = Overload::new(1, 10 * UNIT, Duration::from_millis(50));
+        let a = o.room(6 * UNIT, o.deadline()).await.unwrap();
+        assert_eq!(o.budget_available(), 4 * UNIT);
+        // Does not fit before the deadline: shed.
+        let shed = o.room(6 * UNIT, o.deadline()).await.unwrap_err();
+        assert_eq!(shed.code(), tonic::Code::ResourceExhausted);
+        assert_eq!(shed.message(), "etcdserver: too many requests");
+        drop(a);
+        let b = o.room(6 * UNIT, o.deadline()).await.unwrap();
+        drop(b);
+        // Larger than the whole budget: takes all of it.
+        let all = o.room(100 * UNIT, o.deadline()).await.unwrap();
+        assert_eq!(o.budget_available(), 0);
+        drop(all);
+        assert_eq!(o.budget_available(), 10 * UNIT);
+    }
+
+    #[tokio::test]
+    async fn builds_run_off_the_async_workers_and_queue_for_a_slot() {
+        let o = Arc::new(Overload::new(1, UNIT, Duration::from_millis(50)));
+        let (release, wait) = std::sync::mpsc::channel::<()>();
+        let slow = {
+            let o = o.clone();
+            tokio::spawn(async move {
+                o.build(o.deadline(), move || {
+                    wait.recv().ok();
+                    Ok(1)
+                })
+                .await
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        // The only slot is busy past the deadline: shed.
+        let shed = o.build(o.deadline(), || Ok(2)).await.unwrap_err();
+        assert_eq!(shed.message(), "etcdserver: too many requests");
+        release.send(()).unwrap();
+        assert_eq!(slow.await.unwrap().unwrap(), 1);
+        assert_eq!(o.build(o.deadline(), || Ok(3)).await.unwrap(), 3);
+    }
+}
