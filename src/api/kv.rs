@@ -1,6 +1,6 @@
 //! The KV service.
 
-use super::{check_size, convert, status, Shared};
+use super::{check_size, convert, status, PreEncoded, Shared};
 use crate::error::INTERNAL_COMPACTION_FAILED;
 use crate::proto::etcdserverpb::{self as pb, kv_server::Kv};
 use prost::Message;
@@ -37,19 +37,26 @@ impl Kv for KvService {
             let header = info.header(resp.revision);
             return Ok(Response::new(convert::range_response(resp, header)));
         }
-        // A span of keys may be a list of thousands: built off the async
-        // workers, and sent only with room in the response budget.
+        // A span of keys may be a list of thousands: built and encoded off
+        // the async workers, and sent only with room in the response budget.
         let deadline = overload.deadline();
-        let store = store.clone();
-        let built = overload.build(deadline, move || store.range(&req)).await;
+        let core = store.clone();
+        let built = overload.build(deadline, move || core.range(&req)).await;
         let resp = built.inspect_err(|s| count_shed(metrics, s))?;
         let permit = overload
             .room(convert::range_response_size(&resp), deadline)
             .await
             .inspect_err(|s| count_shed(metrics, s))?;
         let header = info.header(resp.revision);
-        let mut out = Response::new(convert::range_response(resp, header));
-        out.extensions_mut().insert(permit);
+        let encode = move || PreEncoded::encode(&convert::range_response(resp, header), permit);
+        // It has its room: it waits for a builder afresh rather than being
+        // shed after all that work.
+        let pre = overload
+            .run(overload.deadline(), encode)
+            .await
+            .inspect_err(|s| count_shed(metrics, s))?;
+        let mut out = Response::new(pb::RangeResponse::default());
+        out.extensions_mut().insert(pre);
         Ok(out)
     }
 

@@ -19,7 +19,7 @@ pub use kv::KvService;
 pub use lease::LeaseService;
 pub use limits::GrpcGoLimits;
 pub use maintenance::MaintenanceService;
-pub use overload::{HoldResponsePermits, Overload, ResponsePermit};
+pub use overload::{Overload, PreEncoded, ResponsePermit, SendPreEncoded};
 pub use watch::WatchService;
 
 use crate::error::{Code, Error};

@@ -15,7 +15,7 @@
 //! Single-key reads and writes never wait here: they are small and must
 //! stay fast while lists queue.
 
-use crate::error::{Error, INTERNAL_RANGE_FAILED};
+use crate::error::{Error, INTERNAL_ENCODE_FAILED, INTERNAL_RANGE_FAILED};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -79,17 +79,27 @@ impl Overload {
         F: FnOnce() -> crate::error::Result<T> + Send + 'static,
         T: Send + 'static,
     {
+        self.run(deadline, move || build().map_err(super::status))
+            .await
+    }
+
+    /// [`Overload::build`] for work that fails with a gRPC status.
+    pub async fn run<T, F>(&self, deadline: Instant, work: F) -> Result<T, Status>
+    where
+        F: FnOnce() -> Result<T, Status> + Send + 'static,
+        T: Send + 'static,
+    {
         let slot = tokio::time::timeout_at(deadline, self.builders.clone().acquire_owned())
             .await
             .map_err(|_| shed())?
             .map_err(|_| shed())?;
         let out = tokio::task::spawn_blocking(move || {
             let _slot = slot;
-            build()
+            work()
         })
         .await;
         match out {
-            Ok(result) => result.map_err(super::status),
+            Ok(result) => result,
             // The build panicked: an internal error for this request, not
             // the server's end.
             Err(e) => Err(Status::internal(format!("{INTERNAL_RANGE_FAILED}: {e}"))),
@@ -115,57 +125,108 @@ fn shed() -> Status {
     super::status(Error::TooManyRequests)
 }
 
-/// Moves a [`ResponsePermit`] that a handler left in its response's
-/// extensions into the response body, so the room is given back when the
-/// body has been sent or dropped, not when the handler returned.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct HoldResponsePermits;
+/// A unary response encoded ahead of time off the async workers, to be
+/// sent as it is: the handler returns an empty message of the method's type
+/// with this in the response's extensions, and [`SendPreEncoded`] swaps
+/// the body. The room in the budget goes with the bytes and is given back
+/// when the body has been sent or dropped, not when the handler returned.
+#[derive(Debug, Clone)]
+pub struct PreEncoded {
+    /// The gRPC message frame: the 5-byte prefix, then the message.
+    pub frame: bytes::Bytes,
+    /// Its room in the response budget.
+    pub permit: ResponsePermit,
+}
 
-impl<S> tower::Layer<S> for HoldResponsePermits {
+impl PreEncoded {
+    /// Encodes `message` as one uncompressed gRPC message frame, in a
+    /// buffer of exactly its size. A message over gRPC's 4 GiB frame limit
+    /// fails as grpc-go's sender fails it.
+    pub fn encode<M: prost::Message>(
+        message: &M,
+        permit: ResponsePermit,
+    ) -> Result<PreEncoded, Status> {
+        let len = message.encoded_len();
+        let Ok(len32) = u32::try_from(len) else {
+            return Err(Status::resource_exhausted(format!(
+                "grpc: trying to send message larger than max ({len} vs. {})",
+                u32::MAX
+            )));
+        };
+        let mut buf = bytes::BytesMut::with_capacity(5 + len);
+        bytes::BufMut::put_u8(&mut buf, 0);
+        bytes::BufMut::put_u32(&mut buf, len32);
+        // A BytesMut grows as needed, so encoding into it cannot run out of
+        // room; the error arm is unreachable in practice.
+        message
+            .encode(&mut buf)
+            .map_err(|e| Status::internal(format!("{INTERNAL_ENCODE_FAILED}: {e}")))?;
+        Ok(PreEncoded {
+            frame: buf.freeze(),
+            permit,
+        })
+    }
+}
+
+/// Sends a handler's [`PreEncoded`] frame as the response body, in place of
+/// the empty message tonic encoded, without copying it again: a 10 MB list
+/// leaves as the buffer it was encoded into. Cheap for every other
+/// response: one extensions lookup.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SendPreEncoded;
+
+impl<S> tower::Layer<S> for SendPreEncoded {
     type Service = tower::util::MapResponse<S, fn(HttpResponse) -> HttpResponse>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        tower::util::MapResponse::new(inner, hold as fn(HttpResponse) -> HttpResponse)
+        tower::util::MapResponse::new(inner, swap_body as fn(HttpResponse) -> HttpResponse)
     }
 }
 
 type HttpResponse = http::Response<tonic::body::Body>;
 
-fn hold(mut resp: HttpResponse) -> HttpResponse {
-    match resp.extensions_mut().remove::<ResponsePermit>() {
+fn swap_body(mut resp: HttpResponse) -> HttpResponse {
+    match resp.extensions_mut().remove::<PreEncoded>() {
         None => resp,
-        Some(permit) => resp.map(|inner| {
-            tonic::body::Body::new(PermitBody {
-                inner,
-                _permit: permit,
+        Some(pre) => resp.map(|_tonic_body| {
+            tonic::body::Body::new(PreEncodedBody {
+                frame: Some(pre.frame),
+                trailers_sent: false,
+                _permit: pre.permit,
             })
         }),
     }
 }
 
-/// A response body that holds its room in the budget until dropped.
-struct PermitBody {
-    inner: tonic::body::Body,
+/// One message frame, then the OK trailers, as tonic would send them.
+struct PreEncodedBody {
+    frame: Option<bytes::Bytes>,
+    trailers_sent: bool,
     _permit: ResponsePermit,
 }
 
-impl http_body::Body for PermitBody {
+impl http_body::Body for PreEncodedBody {
     type Data = bytes::Bytes;
-    type Error = tonic::Status;
+    type Error = Status;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
+        _cx: &mut Context<'_>,
     ) -> Poll<Option<std::result::Result<http_body::Frame<Self::Data>, Self::Error>>> {
-        Pin::new(&mut self.inner).poll_frame(cx)
+        if let Some(frame) = self.frame.take() {
+            return Poll::Ready(Some(Ok(http_body::Frame::data(frame))));
+        }
+        if self.trailers_sent {
+            return Poll::Ready(None);
+        }
+        self.trailers_sent = true;
+        let mut trailers = http::HeaderMap::new();
+        trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+        Poll::Ready(Some(Ok(http_body::Frame::trailers(trailers))))
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        self.inner.size_hint()
+        self.frame.is_none() && self.trailers_sent
     }
 }
 

@@ -15,8 +15,8 @@ pub use revisions::{start_revision, COMPACT_REV_KEY};
 use tasks::{auto_compact, expire_leases, snapshot_loop, write_snapshot};
 
 use crate::api::{
-    AuthService, ClusterService, GrpcGoLimits, HoldResponsePermits, KvService, LeaseService,
-    MaintenanceService, Overload, ServerInfo, Shared, WatchService,
+    AuthService, ClusterService, GrpcGoLimits, KvService, LeaseService, MaintenanceService,
+    Overload, SendPreEncoded, ServerInfo, Shared, WatchService,
 };
 use crate::config::{listen_addr, AutoCompaction, Config};
 use crate::metrics::Metrics;
@@ -262,7 +262,7 @@ impl Server {
             }
             let router = builder
                 .layer(GrpcGoLimits)
-                .layer(HoldResponsePermits)
+                .layer(SendPreEncoded)
                 .max_concurrent_streams(Some(u32::MAX))
                 .http2_keepalive_interval(Some(Duration::from_secs(2 * 3600)))
                 .http2_keepalive_timeout(Some(Duration::from_secs(20)))
