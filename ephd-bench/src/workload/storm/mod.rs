@@ -108,7 +108,10 @@ pub struct Args {
     /// What a heartbeat sends: a Put, or the apiserver's CAS Txn.
     #[arg(long, value_enum, default_value_t = BeatOp::Put)]
     pub heartbeat_op: BeatOp,
-    /// Lease keys the heartbeats write in turn.
+    /// Lease keys the heartbeats write in turn. With `cas`, a write due
+    /// while the previous write of its key is still unanswered (a stall
+    /// longer than keys × interval) compares against a stale revision and
+    /// finds the key moved: counted in `hb_cas_failures`, not as a failure.
     #[arg(long, default_value_t = 100)]
     pub heartbeat_keys: u64,
     /// Heartbeat value size, bytes.
@@ -179,6 +182,12 @@ impl Window {
 /// The heartbeat's figures over the writes due in some windows, as JSON
 /// fields named `<name>_...`: writes, failures, latency from the due time
 /// (p50/p99/p99.9/max) and from the send (p99/max).
+///
+/// A write that timed out is a failure, and its latency (the timeout, a
+/// lower bound) is also kept in the percentiles: leaving it out would make
+/// a stall longer than `--heartbeat-timeout` look shorter the longer it
+/// lasts. Writes refused with an answer (e.g. Unavailable from a server
+/// that went away) count as failures only.
 fn beat_fields(out: &mut Map<String, Value>, name: &str, beats: &[Beat], windows: &[Window]) {
     let mut late = histogram();
     let mut service = histogram();
@@ -188,9 +197,11 @@ fn beat_fields(out: &mut Map<String, Value>, name: &str, beats: &[Beat], windows
         .filter(|b| windows.iter().any(|w| w.holds(b.due)))
     {
         n += 1;
-        if b.err.is_some() {
+        if let Some((kind, _)) = &b.err {
             failures += 1;
-            continue;
+            if kind != "timeout" {
+                continue;
+            }
         }
         late.saturating_record(b.late_us.max(1));
         service.saturating_record(b.service_us.max(1));
