@@ -8,6 +8,7 @@ mod fanout;
 mod heartbeat;
 mod put;
 mod range;
+mod storm;
 
 use crate::options::Common;
 use crate::report::Report;
@@ -26,6 +27,9 @@ pub enum Workload {
     Range(range::Args),
     /// Many watchers on one prefix, fed by writers at a fixed or max rate.
     WatchFanout(fanout::Args),
+    /// Storms of concurrent full lists of a ~10 MB prefix, against an
+    /// open-loop heartbeat writer; server RSS over time.
+    Storm(storm::Args),
 }
 
 impl Workload {
@@ -37,6 +41,7 @@ impl Workload {
             Workload::EventChurn(a) => churn::run(c, a).await,
             Workload::Range(a) => range::run(c, a).await,
             Workload::WatchFanout(a) => fanout::run(c, a).await,
+            Workload::Storm(a) => storm::run(c, a).await,
         }
     }
 }
