@@ -130,10 +130,13 @@ pub struct Config {
     #[arg(long, env = "EPHD_MAX_RESPONSE_BYTES_IN_FLIGHT", default_value_t = 0)]
     pub max_response_bytes_in_flight: u64,
 
-    /// How long a Range may wait for room under
+    /// How long a Range may wait for a builder or for room under
     /// `--max-response-bytes-in-flight` before it is shed with "etcdserver:
-    /// too many requests".
-    #[arg(long, env = "EPHD_OVERLOAD_QUEUE_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
+    /// too many requests". Waiting costs no memory (a list is built only
+    /// once it may proceed), so the default lets a storm of a thousand
+    /// 10 MB lists drain at this machine's rate with at most one retry
+    /// each, well within kube-apiserver's 60 s request timeout.
+    #[arg(long, env = "EPHD_OVERLOAD_QUEUE_TIMEOUT", default_value = "20s", value_parser = parse_duration)]
     pub overload_queue_timeout: Duration,
 
     /// Server certificate (PEM) for https:// listen URLs.
