@@ -30,6 +30,7 @@ mod pool;
 mod progress;
 mod record;
 mod report;
+mod soak;
 mod watchcheck;
 mod workload;
 
@@ -64,7 +65,9 @@ async fn run(cli: &Cli) -> Result<report::Report, String> {
     let c = &cli.common;
     let mut r = cli.workload.run(c).await?;
     r.label = c.label.clone();
-    r.endpoints = c.endpoints.join(",");
+    if r.endpoints.is_empty() {
+        r.endpoints = c.endpoints.join(",");
+    }
     r.transport = c.transport.name();
     r.client_threads = c.threads();
     r.rate = c.rate;

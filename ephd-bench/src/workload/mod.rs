@@ -26,6 +26,13 @@ pub enum Workload {
     Range(range::Args),
     /// Many watchers on one prefix, fed by writers at a fixed or max rate.
     WatchFanout(fanout::Args),
+    /// A fault soak: starts its own ephd, drives the Kubernetes write mix
+    /// with checking watchers, injects faults (dropped clients, stalled
+    /// watchers, malformed requests, lease-expiry bursts, compaction
+    /// mid-watch, list storms, SIGKILL, damaged snapshots) and checks every
+    /// acknowledged write and watch event.
+    // Boxed: its options are several times the size of any other's.
+    Soak(Box<crate::soak::Args>),
 }
 
 impl Workload {
@@ -37,6 +44,7 @@ impl Workload {
             Workload::EventChurn(a) => churn::run(c, a).await,
             Workload::Range(a) => range::run(c, a).await,
             Workload::WatchFanout(a) => fanout::run(c, a).await,
+            Workload::Soak(a) => crate::soak::run(c, a).await,
         }
     }
 }
