@@ -638,7 +638,10 @@ impl Soak<'_> {
                 Ok(r) => {
                     let window = (stop_ms - r.written_unix_ms) as f64 / 1000.0;
                     self.stats.max_crash_window_s = self.stats.max_crash_window_s.max(window);
-                    let bound = self.a.snapshot_interval.as_secs_f64() * 3.0 + 5.0;
+                    // Snapshots are written every interval, each taking a
+                    // while on a loaded machine: far above that, they
+                    // stopped.
+                    let bound = self.a.snapshot_interval.as_secs_f64() * 3.0 + 10.0;
                     if window > bound {
                         self.viol.add(format!(
                             "the newest snapshot at SIGKILL was written {window:.1} s before it (interval {:?})",

@@ -353,7 +353,8 @@ impl Drop for StreamHandle {
 }
 
 /// Lists a family at `revision` (0: current): the header revision and
-/// every object.
+/// every object. A list the server sheds (`too many requests`, right
+/// after a storm) is retried a few times.
 pub async fn list(
     kv: &mut Kv,
     family: Family,
@@ -361,17 +362,22 @@ pub async fn list(
     timeout: Duration,
 ) -> Result<(i64, Served), String> {
     let prefix = Bytes::from_static(family.prefix().as_bytes());
-    let resp = call(
-        timeout,
-        kv.range(RangeRequest {
-            range_end: prefix_end(&prefix),
-            key: prefix,
-            revision,
-            ..Default::default()
-        }),
-    )
-    .await
-    .map_err(|(k, m)| format!("{k}: {m}"))?;
+    let req = RangeRequest {
+        range_end: prefix_end(&prefix),
+        key: prefix,
+        revision,
+        ..Default::default()
+    };
+    let mut tries = 0;
+    let resp = loop {
+        match call(timeout, kv.range(req.clone())).await {
+            Err((_, m)) if m.contains("too many requests") && tries < 10 => {
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(200 * tries)).await;
+            }
+            other => break other.map_err(|(k, m)| format!("{k}: {m}"))?,
+        }
+    };
     if resp.more || resp.count != resp.kvs.len() as i64 {
         return Err(format!(
             "an unlimited Range returned {} of {} objects (more: {})",
