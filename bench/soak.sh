@@ -58,7 +58,7 @@ acked = r.get("writes_acked", {})
 print(f"soak: {r['duration_s']:.0f} s, {r['rounds']} rounds, {r['restarts']} restarts, seed {r['seed']}")
 print("faults injected: " + ", ".join(f"{k} {v}" for k, v in sorted(r["faults"].items())))
 print(f"writes acknowledged: {sum(acked.values())} ({', '.join(f'{k} {v}' for k, v in acked.items())}); "
-      f"unknown outcome {r['writes_unknown_outcome']} (later found applied: {r['writes_resolved_unknown']})")
+      f"unknown outcome {r['writes_unknown_outcome']} (later found applied: {r['writes_unknown_found_applied']})")
 print(f"write latency ms: p50 {r['lat_p50_ms']}  p99 {r['lat_p99_ms']}  max {r['lat_max_ms']}")
 print(f"lost after SIGKILL: {r['writes_lost_in_crash_window']} acknowledged writes, all within the crash window "
       f"(newest snapshot at most {r['max_crash_window_s']} s old at the kill); "

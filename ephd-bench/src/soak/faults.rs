@@ -433,7 +433,7 @@ impl Soak<'_> {
                             }
                             acked.push((rev, key));
                         }
-                        Err(_) => model.lock().failed(),
+                        Err(_) => model.lock().failed(&key, hash),
                     }
                 }
                 acked

@@ -97,6 +97,11 @@ impl Shared {
         }
     }
 
+    /// The lease new events are attached to now, if any.
+    pub async fn cached_lease(&self) -> Option<i64> {
+        self.lease.lock().await.map(|(id, _)| id)
+    }
+
     fn took(&self, t0: Instant) {
         self.latency
             .lock()
@@ -275,7 +280,7 @@ async fn heartbeat(
                 }
             }
             Err(e) => {
-                sh.model.lock().failed();
+                sh.model.lock().failed(&key, hash);
                 sh.error(&e);
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
@@ -369,7 +374,7 @@ async fn events(
                 ));
             }
             Err(e) => {
-                sh.model.lock().failed();
+                sh.model.lock().failed(&key, hash);
                 sh.error(&e);
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }

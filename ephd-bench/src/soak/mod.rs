@@ -203,6 +203,7 @@ struct Stats {
     snapshots_checked: u64,
     moved_aside: u64,
     started_empty: u64,
+    leases_to_adopt: u64,
 }
 
 /// One server run: its connections, load and watchers.
@@ -710,6 +711,23 @@ impl Soak<'_> {
                 watch::ERR_COMPACTED
             )),
         }
+        // kube-apiserver's compactor indexes this key's value: it must
+        // survive every restart (restored, or created above the old range).
+        match call(
+            timeout,
+            kv.range(RangeRequest {
+                key: Bytes::from_static(load::COMPACT_REV_KEY.as_bytes()),
+                ..Default::default()
+            }),
+        )
+        .await
+        {
+            Ok(r) if r.kvs.len() == 1 => {}
+            other => self.viol.add(format!(
+                "after the restart {} is not there: {other:?}",
+                load::COMPACT_REV_KEY
+            )),
+        }
         let now = Instant::now();
         let snap_rev = match expected {
             Some(r) => {
@@ -752,6 +770,14 @@ impl Soak<'_> {
                     ));
                 }
                 self.check_leases(r).await;
+                // kube-apiserver reuses its cached lease after a restart;
+                // one the generation lacks must be adopted, not refused
+                // (counted here, refusals are caught at the end).
+                if let Some(id) = self.sh.cached_lease().await {
+                    if !r.leases.iter().any(|l| l.id == id) {
+                        self.stats.leases_to_adopt += 1;
+                    }
+                }
                 r.revision
             }
             None => {
@@ -880,6 +906,11 @@ impl Soak<'_> {
                     "writes refused for space ({kind}: {sample}) with a quota far above the data"
                 ));
             }
+            if sample.contains("requested lease not found") {
+                self.viol.add(format!(
+                    "event writes refused for an unknown lease ({kind}: {sample}) although the server adopts unknown leases"
+                ));
+            }
         }
     }
 
@@ -912,7 +943,8 @@ impl Soak<'_> {
             json!({"node_leases": ms.acked[0], "events": ms.acked[1], "pods": ms.acked[2]}),
         );
         r.set("writes_unknown_outcome", ms.unknown_outcome);
-        r.set("writes_resolved_unknown", ms.resolved_unknown);
+        r.set("writes_unknown_found_applied", ms.resolved_unknown);
+        r.set("writes_seen_before_ack", ms.seen_before_ack);
         r.set("cas_conflicts", ms.cas_conflicts);
         r.set("writes_lost_in_crash_window", ms.lost_in_window);
         r.set("writes_lost_to_damaged_snapshots", ms.lost_to_damage);
@@ -947,6 +979,7 @@ impl Soak<'_> {
         r.set("snapshots_checked", s.snapshots_checked);
         r.set("damaged_moved_aside", s.moved_aside);
         r.set("started_empty", s.started_empty);
+        r.set("cached_leases_adopted", s.leases_to_adopt);
         r.set("peak_rss_mib", r3(self.srv.peak_rss_mb()));
         r.set("rss_budget_mib", self.a.rss_budget_mb);
         r.set("quota_flag", quota);

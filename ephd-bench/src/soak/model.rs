@@ -134,7 +134,15 @@ struct KeyModel {
     /// Known changes, by ascending revision.
     changes: Vec<Change>,
     /// Writes in flight or with an unknown outcome.
-    unknown: Vec<u64>,
+    unknown: Vec<Pending>,
+}
+
+/// A write not (yet) known to be applied or refused.
+#[derive(Clone, Copy, Debug)]
+struct Pending {
+    hash: u64,
+    /// Its call failed without an answer (else it is still in flight).
+    failed: bool,
 }
 
 impl KeyModel {
@@ -173,15 +181,11 @@ impl KeyModel {
         }
     }
 
-    /// Takes `hash` out of the unknown writes; true when it was there.
-    fn take_unknown(&mut self, hash: u64) -> bool {
-        match self.unknown.iter().position(|h| *h == hash) {
-            Some(i) => {
-                self.unknown.swap_remove(i);
-                true
-            }
-            None => false,
-        }
+    /// Takes `hash` out of the unknown writes; `Some(failed)` when it was
+    /// there.
+    fn take_unknown(&mut self, hash: u64) -> Option<bool> {
+        let i = self.unknown.iter().position(|p| p.hash == hash)?;
+        Some(self.unknown.swap_remove(i).failed)
     }
 }
 
@@ -199,8 +203,12 @@ pub struct ModelStats {
     pub acked: [u64; 3],
     /// Writes whose call failed without an answer.
     pub unknown_outcome: u64,
-    /// Unknown writes later found applied (by a read or a watch event).
+    /// Of those, writes later found applied (by a read, a watch event or
+    /// a failed CAS's Get).
     pub resolved_unknown: u64,
+    /// Writes a watch event or a read showed applied before their
+    /// response arrived.
+    pub seen_before_ack: u64,
     /// CAS writes refused because the object had moved on.
     pub cas_conflicts: u64,
     /// Acknowledged writes lost in a SIGKILL's crash window (after the
@@ -274,7 +282,10 @@ impl Model {
             unknown: Vec::new(),
         });
         km.lease = lease;
-        km.unknown.push(hash);
+        km.unknown.push(Pending {
+            hash,
+            failed: false,
+        });
     }
 
     /// The write `hash` to `key` was acknowledged at `rev`. Errors are
@@ -285,7 +296,7 @@ impl Model {
         let Some(km) = self.keys.get_mut(key) else {
             return Err(format!("ack for {} that was never sent", key_str(key)));
         };
-        km.take_unknown(hash);
+        let _ = km.take_unknown(hash);
         self.stats.acked[km.family as usize] += 1;
         let family = km.family;
         km.add(Change {
@@ -314,14 +325,31 @@ impl Model {
     /// The write was refused (a failed compare): it was not applied.
     pub fn refused(&mut self, key: &Bytes, hash: u64) {
         if let Some(km) = self.keys.get_mut(key) {
-            km.take_unknown(hash);
+            let _ = km.take_unknown(hash);
         }
         self.stats.cas_conflicts += 1;
     }
 
-    /// The call failed without an answer: the write stays unknown.
-    pub fn failed(&mut self) {
+    /// The call writing `hash` to `key` failed without an answer: the
+    /// write stays unknown.
+    pub fn failed(&mut self, key: &Bytes, hash: u64) {
         self.stats.unknown_outcome += 1;
+        if let Some(p) = self
+            .keys
+            .get_mut(key)
+            .and_then(|k| k.unknown.iter_mut().find(|p| p.hash == hash))
+        {
+            p.failed = true;
+        }
+    }
+
+    /// Counts a pending write found applied.
+    fn found_applied(stats: &mut ModelStats, failed: bool) {
+        if failed {
+            stats.resolved_unknown += 1;
+        } else {
+            stats.seen_before_ack += 1;
+        }
     }
 
     /// A CAS found `key` at `served` (mod revision, digest) instead of the
@@ -360,8 +388,8 @@ impl Model {
                     }
                     return Ok(());
                 }
-                if km.take_unknown(hash) {
-                    self.stats.resolved_unknown += 1;
+                if let Some(failed) = km.take_unknown(hash) {
+                    Self::found_applied(&mut self.stats, failed);
                     return km
                         .add(Change {
                             rev,
@@ -404,8 +432,8 @@ impl Model {
                 key_str(key)
             ));
         }
-        if km.take_unknown(hash) {
-            self.stats.resolved_unknown += 1;
+        if let Some(failed) = km.take_unknown(hash) {
+            Self::found_applied(&mut self.stats, failed);
             km.add(Change {
                 rev,
                 hash: Some(hash),
@@ -518,8 +546,8 @@ impl Model {
                 (_, Some(s)) => {
                     // Newer than anything known at `at`: must be a write in
                     // flight or with an unknown outcome.
-                    if km.take_unknown(s.hash) {
-                        self.stats.resolved_unknown += 1;
+                    if let Some(failed) = km.take_unknown(s.hash) {
+                        Self::found_applied(&mut self.stats, failed);
                         if let Err(e) = km.add(Change {
                             rev: s.rev,
                             hash: Some(s.hash),
@@ -702,7 +730,7 @@ mod tests {
         m.sent(&k, Family::Leases, 1, 0);
         m.acked(&k, 10, 1).unwrap();
         m.sent(&k, Family::Leases, 2, 0);
-        m.failed();
+        m.failed(&k, 2);
         // The read shows the unknown write applied at 12.
         let shown: Served = [(k.clone(), val(12, 2))].into_iter().collect();
         assert!(m
