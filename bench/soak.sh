@@ -68,10 +68,11 @@ print(f"watch: {r['watch_events_checked']} events checked by {r['watchers_create
       f"{r['watch_state_compares']} prefix compares, {r['watch_compaction_cancels']} compaction cancels, "
       f"{r['burst_deletes_checked']} lease-burst DELETEs")
 print(f"list storms: {r['storm_lists_ok']} lists ({r['storm_mib_listed']:.0f} MiB), {r['storm_lists_shed']} shed, "
-      f"{r['storm_lists_timed_out']} timed out, slowest {r['storm_list_max_s']} s")
+      f"{r['storm_lists_timed_out']} timed out, {r['storm_lists_expired']} outlived by a compaction "
+      f"(continue token expired), slowest {r['storm_list_max_s']} s")
 print(f"server: peak RSS {r['peak_rss_mib']:.0f} MiB (budget {r['rss_budget_mib']}), panics {r['server_panics']}, "
       f"ERROR lines {r['server_error_lines']}")
-print(f"violations: {r['violations']}")
+print(f"violations: {r['violations']} {r.get('violation_kinds') or ''}")
 for f in r.get("failures", []):
     print(f"  {f}")
 PY

@@ -599,6 +599,7 @@ impl Soak<'_> {
         let n = self.a.storm;
         let timeout = self.c.timeout;
         let ep = self.ep()?;
+        let compacted = ep.compacted.clone();
         let mut tasks = Vec::new();
         for i in 0..n {
             let mut kv = ep.pool.kv(i);
@@ -626,7 +627,16 @@ impl Soak<'_> {
                     let mut at = 0;
                     let mut last: Option<Bytes> = None;
                     loop {
-                        let r = call(timeout, kv.range(req.clone())).await?;
+                        let r = match call(timeout, kv.range(req.clone())).await {
+                            // The pinned revision was compacted between two
+                            // pages: etcd's answer (the apiserver's "continue
+                            // token expired"), legitimate once a compaction
+                            // past it was requested; checked by the caller.
+                            Err((_, m)) if at > 0 && m == ERR_COMPACTED => {
+                                return Err(("expired".to_string(), at.to_string()))
+                            }
+                            other => other?,
+                        };
                         let rev = r.header.as_ref().map_or(0, |h| h.revision);
                         // A header carries the store's current revision,
                         // not the one the page was read at.
@@ -682,6 +692,16 @@ impl Soak<'_> {
                     self.stats.storm_shed += 1
                 }
                 Err((k, _)) if k == "timeout" => self.stats.storm_timeouts += 1,
+                Err((k, at)) if k == "expired" => {
+                    let requested = compacted.load(Ordering::Acquire);
+                    if at.parse::<i64>().is_ok_and(|at| at < requested) {
+                        self.stats.storm_expired += 1;
+                    } else {
+                        self.viol.add(format!(
+                            "list_storm: pages pinned to revision {at} were refused as compacted, above any compaction requested ({requested})"
+                        ));
+                    }
+                }
                 Err((k, m)) => self
                     .viol
                     .add(format!("list_storm: a list failed: {k}: {m}")),

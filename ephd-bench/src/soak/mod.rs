@@ -197,6 +197,7 @@ struct Stats {
     storm_lists: u64,
     storm_shed: u64,
     storm_timeouts: u64,
+    storm_expired: u64,
     storm_mib: f64,
     storm_max_s: f64,
     below_compaction_cancels: u64,
@@ -974,6 +975,7 @@ impl Soak<'_> {
         r.set("storm_lists_ok", s.storm_lists);
         r.set("storm_lists_shed", s.storm_shed);
         r.set("storm_lists_timed_out", s.storm_timeouts);
+        r.set("storm_lists_expired", s.storm_expired);
         r.set("storm_mib_listed", r3(s.storm_mib));
         r.set("storm_list_max_s", r3(s.storm_max_s));
         r.set("snapshots_checked", s.snapshots_checked);
@@ -987,6 +989,7 @@ impl Soak<'_> {
         r.set("server_error_lines", self.srv.error_lines());
         r.set("model_objects", m.tracked());
         r.set("violations", self.viol.count());
+        r.set("violation_kinds", json!(self.viol.kinds()));
         r.failures = self.viol.first();
         r
     }

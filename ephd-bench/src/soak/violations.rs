@@ -3,6 +3,7 @@
 //! exits non-zero at the end if there was any.
 
 use parking_lot::Mutex;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Messages kept in full; the rest are only counted.
@@ -13,6 +14,9 @@ const KEEP: usize = 50;
 pub struct Violations {
     count: AtomicU64,
     kept: Mutex<Vec<String>>,
+    /// Every violation counted by its kind (the text before the first
+    /// `": "`), so that the ones past the first 50 are still told apart.
+    kinds: Mutex<BTreeMap<String, u64>>,
 }
 
 impl Violations {
@@ -20,6 +24,14 @@ impl Violations {
     /// shows it when it happens).
     pub fn add(&self, what: impl Into<String>) {
         let what = what.into();
+        let kind: String = what
+            .split(": ")
+            .next()
+            .unwrap_or_default()
+            .chars()
+            .take(60)
+            .collect();
+        *self.kinds.lock().entry(kind).or_default() += 1;
         let n = self.count.fetch_add(1, Ordering::Relaxed) + 1;
         if n <= KEEP as u64 {
             eprintln!("soak: VIOLATION: {what}");
@@ -42,5 +54,10 @@ impl Violations {
     /// The first ones, in order.
     pub fn first(&self) -> Vec<String> {
         self.kept.lock().clone()
+    }
+
+    /// How many of each kind.
+    pub fn kinds(&self) -> BTreeMap<String, u64> {
+        self.kinds.lock().clone()
     }
 }
