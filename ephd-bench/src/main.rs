@@ -11,8 +11,12 @@
 //! Every loop is bounded by `--total`/`--duration` and `--max-time`; only
 //! loopback endpoints are accepted. See bench/README.md.
 //!
+//! `soak` is not a benchmark: it starts its own ephd and injects faults
+//! under the Kubernetes write mix, checking every acknowledged write and
+//! watch event (bench/README.md, "Fault soak").
+//!
 //! Layout: `workload/` has one module per subcommand, each saying only what
-//! one op of one client is and what it reports; `driver` runs every
+//! one op of one client is and what it reports; `soak/` is the fault soak; `driver` runs every
 //! workload's phases (budget, client tasks, progress, CPU samples, the
 //! report's common fields). Beneath them: `options` (the shared flags),
 //! `pool` (connections, loopback check, the KV transport switch), `h2rpc`
@@ -30,6 +34,7 @@ mod pool;
 mod progress;
 mod record;
 mod report;
+mod soak;
 mod watchcheck;
 mod workload;
 
@@ -51,7 +56,7 @@ static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
     name = "ephd-bench",
     version,
     about = "Load generator for etcd v3 endpoints (ephd or stock etcd); loopback only",
-    after_help = "Exit status: 0 ok; 1 setup failure; 2 hard time limit; 3 the run had request errors or watch anomalies (lost, out-of-order, duplicate events)."
+    after_help = "Exit status: 0 ok; 1 setup failure; 2 hard time limit; 3 the run had request errors or watch anomalies (lost, out-of-order, duplicate events), or the soak found violations."
 )]
 struct Cli {
     #[command(flatten)]
@@ -64,7 +69,9 @@ async fn run(cli: &Cli) -> Result<report::Report, String> {
     let c = &cli.common;
     let mut r = cli.workload.run(c).await?;
     r.label = c.label.clone();
-    r.endpoints = c.endpoints.join(",");
+    if r.endpoints.is_empty() {
+        r.endpoints = c.endpoints.join(",");
+    }
     r.transport = c.transport.name();
     r.client_threads = c.threads();
     r.rate = c.rate;

@@ -151,6 +151,10 @@ pub struct Report {
     /// Workload-specific figures.
     #[serde(flatten)]
     pub extra: BTreeMap<String, serde_json::Value>,
+    /// Checks that failed (the soak's violations, the first ones in
+    /// full): any of them fails the run.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub failures: Vec<String>,
 }
 
 fn ms(us: u64) -> f64 {
@@ -241,9 +245,12 @@ impl Report {
         self.extra.insert(key.to_string(), value.into());
     }
 
-    /// Errors or watch anomalies: the run "failed" (exit code 3).
+    /// Errors, watch anomalies or failed checks: the run "failed" (exit
+    /// code 3).
     pub fn failed(&self) -> bool {
-        self.errors > 0 || self.watch.as_ref().is_some_and(|w| w.anomalies() > 0)
+        self.errors > 0
+            || self.watch.as_ref().is_some_and(|w| w.anomalies() > 0)
+            || !self.failures.is_empty()
     }
 
     /// The one-line JSON form.
@@ -343,7 +350,12 @@ impl Report {
                 w.watch_lag_p50_ms, w.watch_lag_p99_ms, w.watch_lag_max_ms, w.watch_early
             );
         }
-        if !self.extra.is_empty() {
+        if self.extra.len() > 8 {
+            // Many figures (the soak's): one per line.
+            for (k, v) in &self.extra {
+                let _ = writeln!(s, "  {k}: {v}");
+            }
+        } else if !self.extra.is_empty() {
             let kv: Vec<String> = self.extra.iter().map(|(k, v)| format!("{k} {v}")).collect();
             let _ = writeln!(s, "  {}", kv.join("  "));
         }
@@ -360,6 +372,9 @@ impl Report {
         }
         if let Some(cpu) = self.client_cpu_us_per_op {
             let _ = writeln!(s, "  client: {cpu:.1} µs CPU/op");
+        }
+        for f in &self.failures {
+            let _ = writeln!(s, "  FAILED: {f}");
         }
         if let Some(f) = self.other_cpu_frac {
             let _ = writeln!(

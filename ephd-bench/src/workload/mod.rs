@@ -30,6 +30,13 @@ pub enum Workload {
     /// Storms of concurrent full lists of a ~10 MB prefix, against an
     /// open-loop heartbeat writer; server RSS over time.
     Storm(storm::Args),
+    /// A fault soak: starts its own ephd, drives the Kubernetes write mix
+    /// with checking watchers, injects faults (dropped clients, stalled
+    /// watchers, malformed requests, lease-expiry bursts, compaction
+    /// mid-watch, list storms, SIGKILL, damaged snapshots) and checks every
+    /// acknowledged write and watch event.
+    // Boxed: its options are several times the size of any other's.
+    Soak(Box<crate::soak::Args>),
 }
 
 impl Workload {
@@ -42,6 +49,7 @@ impl Workload {
             Workload::Range(a) => range::run(c, a).await,
             Workload::WatchFanout(a) => fanout::run(c, a).await,
             Workload::Storm(a) => storm::run(c, a).await,
+            Workload::Soak(a) => crate::soak::run(c, a).await,
         }
     }
 }
