@@ -69,27 +69,35 @@ impl<U: Message + Default + 'static> Decoder for CheckedDecoder<U> {
     type Error = Status;
 
     fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<U>, Status> {
-        if TypeId::of::<U>() != TypeId::of::<TxnRequest>() {
-            return U::decode(buf).map(Some).map_err(decode_error);
-        }
-        // The scan needs the message in one slice: usually it is, and is
-        // scanned in place; otherwise it is gathered first.
-        let gathered =
-            (buf.chunk().len() != buf.remaining()).then(|| buf.copy_to_bytes(buf.remaining()));
-        let bytes = gathered.as_deref().unwrap_or_else(|| buf.chunk());
-        if txn_depth(bytes, MAX_TXN_DEPTH).is_some_and(|d| d > MAX_TXN_DEPTH) {
-            return Err(Status::invalid_argument(Error::TooManyOps.message()));
-        }
-        let decoded = match gathered {
-            Some(bytes) => U::decode(bytes),
-            None => U::decode(buf),
-        };
-        decoded.map(Some).map_err(decode_error)
+        decode_request(buf).map(Some)
     }
 
     fn buffer_settings(&self) -> BufferSettings {
         BufferSettings::default()
     }
+}
+
+/// What [`CheckedDecoder`] does with one received message, on any buffer:
+/// a TxnRequest is decoded only after its nesting depth is known to be
+/// within [`MAX_TXN_DEPTH`]. Public so the fuzz harness (`ephd-fuzz/`)
+/// decodes exactly as the server does, without a gRPC stream around it.
+pub fn decode_request<U: Message + Default + 'static>(mut buf: impl Buf) -> Result<U, Status> {
+    if TypeId::of::<U>() != TypeId::of::<TxnRequest>() {
+        return U::decode(buf).map_err(decode_error);
+    }
+    // The scan needs the message in one slice: usually it is, and is
+    // scanned in place; otherwise it is gathered first.
+    let gathered =
+        (buf.chunk().len() != buf.remaining()).then(|| buf.copy_to_bytes(buf.remaining()));
+    let bytes = gathered.as_deref().unwrap_or_else(|| buf.chunk());
+    if txn_depth(bytes, MAX_TXN_DEPTH).is_some_and(|d| d > MAX_TXN_DEPTH) {
+        return Err(Status::invalid_argument(Error::TooManyOps.message()));
+    }
+    let decoded = match gathered {
+        Some(bytes) => U::decode(bytes),
+        None => U::decode(buf),
+    };
+    decoded.map_err(decode_error)
 }
 
 /// The same answer as tonic-prost's decoder for malformed input.
