@@ -268,7 +268,10 @@ pub(super) fn decode(r: impl Read, now_unix_ms: i64) -> Result<Restored, ReadErr
         kvs: Vec::new(),
         leases: Vec::new(),
     };
-    let downtime = (now_unix_ms - meta.written_unix_ms).max(0);
+    // Saturating: both times come from the file or the clock, and a record
+    // can pass its checksum and still hold any i64 (a hand-made or
+    // hostile file); that must read as damaged data, not overflow.
+    let downtime = now_unix_ms.saturating_sub(meta.written_unix_ms).max(0);
     let mut n = 1u64;
     loop {
         let (kind, payload) = r.record(n)?;
@@ -302,7 +305,7 @@ pub(super) fn decode(r: impl Read, now_unix_ms: i64) -> Result<Restored, ReadErr
             KIND_LEASE => {
                 let l = LeaseRecord::decode(payload.as_slice())
                     .map_err(|e| r.damaged(decode_err(n, "lease", e)))?;
-                let remaining = (l.remaining_ms - downtime).max(0) as u64;
+                let remaining = l.remaining_ms.saturating_sub(downtime).max(0) as u64;
                 out.leases.push(RestoredLease {
                     id: l.id,
                     ttl: l.ttl,

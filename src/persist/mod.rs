@@ -107,6 +107,29 @@ impl std::fmt::Display for ReadError {
     }
 }
 
+/// A whole snapshot (the current format) encoded in memory, exactly as
+/// [`write`] puts it in a file. Hidden: it exists so the fuzz harness
+/// (`ephd-fuzz/`) can build and damage snapshots without a file system.
+#[doc(hidden)]
+pub fn encode_in_memory(
+    revision: i64,
+    written_unix_ms: i64,
+    kvs: &[crate::mvcc::Kv],
+    leases: &[crate::lease::LeaseInfo],
+) -> Vec<u8> {
+    let mut out = Vec::new();
+    format::encode(&mut out, revision, written_unix_ms, kvs, leases)
+        .expect("writing to memory cannot fail");
+    out
+}
+
+/// Reads a snapshot from memory with the same all-or-nothing reader as
+/// [`read_file`]. Hidden, for the fuzz harness like [`encode_in_memory`].
+#[doc(hidden)]
+pub fn decode_in_memory(bytes: &[u8], now_unix_ms: i64) -> Result<Restored, ReadError> {
+    format::decode(bytes, now_unix_ms)
+}
+
 /// The wall clock in milliseconds since the Unix epoch (0 before it).
 pub fn wall_clock_ms() -> i64 {
     SystemTime::now()

@@ -1,8 +1,9 @@
 //! The protobuf codec the generated services and clients use.
 //!
-//! It is tonic-prost's codec with two changes. Before decoding a
-//! TxnRequest it checks how deeply the txn nests (see [`super::nesting`]),
-//! since prost's own recursion limit is off. Before encoding a message it
+//! It is tonic-prost's codec with two changes. A TxnRequest is decoded by
+//! [`super::nesting`]: its depth is checked first, and it is decoded with
+//! its own bound on nesting rather than prost's recursion limit, which
+//! would stop at 50 nested txns where etcd accepts more. Before encoding a message it
 //! reserves the message's exact encoded length in the output buffer. tonic's
 //! buffer starts at 8 KiB and doubles as a message is written into it, so a
 //! large Range response was copied again on every doubling, a sizeable share
@@ -11,11 +12,11 @@
 //! not over its bytes.
 
 use super::etcdserverpb::TxnRequest;
-use super::nesting::{txn_depth, MAX_TXN_DEPTH};
+use super::nesting::{decode_txn, txn_depth, TxnDecodeError, MAX_TXN_DEPTH};
 use crate::error::{Error, INTERNAL_ENCODE_FAILED};
 use bytes::Buf;
 use prost::Message;
-use std::any::TypeId;
+use std::any::{Any, TypeId};
 use std::marker::PhantomData;
 use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::Status;
@@ -69,27 +70,41 @@ impl<U: Message + Default + 'static> Decoder for CheckedDecoder<U> {
     type Error = Status;
 
     fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<U>, Status> {
-        if TypeId::of::<U>() != TypeId::of::<TxnRequest>() {
-            return U::decode(buf).map(Some).map_err(decode_error);
-        }
-        // The scan needs the message in one slice: usually it is, and is
-        // scanned in place; otherwise it is gathered first.
-        let gathered =
-            (buf.chunk().len() != buf.remaining()).then(|| buf.copy_to_bytes(buf.remaining()));
-        let bytes = gathered.as_deref().unwrap_or_else(|| buf.chunk());
-        if txn_depth(bytes, MAX_TXN_DEPTH).is_some_and(|d| d > MAX_TXN_DEPTH) {
-            return Err(Status::invalid_argument(Error::TooManyOps.message()));
-        }
-        let decoded = match gathered {
-            Some(bytes) => U::decode(bytes),
-            None => U::decode(buf),
-        };
-        decoded.map(Some).map_err(decode_error)
+        decode_request(buf).map(Some)
     }
 
     fn buffer_settings(&self) -> BufferSettings {
         BufferSettings::default()
     }
+}
+
+/// What [`CheckedDecoder`] does with one received message, on any buffer:
+/// a TxnRequest is refused when it nests deeper than [`MAX_TXN_DEPTH`],
+/// before it is decoded, and decoded by [`decode_txn`]; every other message
+/// by prost. Public so the fuzz harness (`ephd-fuzz/`) decodes exactly as
+/// the server does, without a gRPC stream around it.
+pub fn decode_request<U: Message + Default + 'static>(mut buf: impl Buf) -> Result<U, Status> {
+    if TypeId::of::<U>() != TypeId::of::<TxnRequest>() {
+        return U::decode(buf).map_err(decode_error);
+    }
+    // One contiguous message: for tonic's buffer this takes it without
+    // copying.
+    let bytes = buf.copy_to_bytes(buf.remaining());
+    let too_deep = || Status::invalid_argument(Error::TooManyOps.message());
+    if txn_depth(&bytes, MAX_TXN_DEPTH).is_some_and(|d| d > MAX_TXN_DEPTH) {
+        return Err(too_deep());
+    }
+    let txn = decode_txn(bytes).map_err(|e| match e {
+        TxnDecodeError::Malformed(e) => decode_error(e),
+        // Only when the scan above could not read the nesting (a group
+        // field, which the decoder skips): the same answer, found later.
+        TxnDecodeError::TooDeep => too_deep(),
+    })?;
+    let mut decoded = Some(txn);
+    Ok((&mut decoded as &mut dyn Any)
+        .downcast_mut::<Option<U>>()
+        .and_then(Option::take)
+        .expect("U is TxnRequest"))
 }
 
 /// The same answer as tonic-prost's decoder for malformed input.
