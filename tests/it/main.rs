@@ -17,6 +17,7 @@ mod limits;
 mod maintenance;
 mod operations;
 mod restart;
+mod safety_net;
 mod slow_watch;
 mod smoke;
 mod sorting;
