@@ -107,6 +107,18 @@ pub struct Config {
     #[arg(long, env = "EPHD_AUTO_COMPACTION_RETENTION", default_value = "0")]
     pub auto_compaction_retention: String,
 
+    /// The compaction safety net: when no compaction (a client's Compact, or
+    /// this one) has happened for this long, compact history to the revision
+    /// that was current this long ago, so history cannot grow without bound
+    /// when no client compacts (kube-apiserver compacts every 5 minutes, so
+    /// with one attached it never fires). Logs a WARN each time. Go duration
+    /// syntax; `0` turns it off (etcd keeps all history until a client
+    /// compacts). Not used when `--auto-compaction-retention` is set, which
+    /// bounds history already. An exact-etcd mode (`--etcd-compat`, not
+    /// there yet) would default this to 0.
+    #[arg(long, env = "EPHD_COMPACTION_SAFETY_NET", default_value = "1h", value_parser = parse_duration)]
+    pub compaction_safety_net: Duration,
+
     /// Space quota in bytes of accounted memory (keys, values and a fixed
     /// per-version overhead; Status reports it as the DB size). A write that
     /// would go above it fails with "etcdserver: mvcc: database space
@@ -323,6 +335,18 @@ mod tests {
             Ok(AutoCompaction::Revisions(1000))
         );
         assert!(parse("revision", "1h").is_err());
+    }
+
+    #[test]
+    fn the_compaction_safety_net_is_on_by_default_and_0_turns_it_off() {
+        assert_eq!(
+            Config::defaults().compaction_safety_net,
+            Duration::from_secs(3600)
+        );
+        let net = |v: &str| Config::parse_from(["ephd", "--compaction-safety-net", v]);
+        assert_eq!(net("0").compaction_safety_net, Duration::ZERO);
+        assert_eq!(net("90m").compaction_safety_net, Duration::from_secs(5400));
+        assert!(Config::try_parse_from(["ephd", "--compaction-safety-net", "1"]).is_err());
     }
 
     #[test]

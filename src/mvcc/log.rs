@@ -22,6 +22,17 @@ pub struct LoggedEvent {
     pub event: Event,
 }
 
+/// What an event weighs for [`EventLog::read_from`]'s byte bound: its key
+/// and value, and those of the previous version it carries. A watcher's
+/// response holds at most these bytes per event (less without `prev_kv`).
+fn event_bytes(e: &Event) -> usize {
+    e.kv.key.len()
+        + e.kv.value.len()
+        + e.prev_kv
+            .as_ref()
+            .map_or(0, |p| p.key.len() + p.value.len())
+}
+
 /// The log itself; see the module docs.
 ///
 /// Events are stored flat (32 bytes each, no allocation of their own) rather
@@ -69,23 +80,32 @@ impl EventLog {
         *self.latest.borrow()
     }
 
-    /// The events of up to `max_revisions` revisions at or after `from`, in
-    /// order, and whether more revisions followed them (the read stopped at
-    /// `max_revisions`).
-    pub fn read_from(&self, from: i64, max_revisions: usize) -> (Vec<LoggedEvent>, bool) {
+    /// The events of the revisions at or after `from`, in order, and whether
+    /// more revisions followed them. The read stops before a revision once
+    /// `max_revisions` revisions were read, or once their events reached
+    /// `max_bytes` of keys and values (previous versions included); a revision is never split, so the
+    /// first one always comes whole, however large.
+    pub fn read_from(
+        &self,
+        from: i64,
+        max_revisions: usize,
+        max_bytes: usize,
+    ) -> (Vec<LoggedEvent>, bool) {
         let entries = self.entries.read();
         let start = entries.partition_point(|e| e.revision < from);
         let mut out = Vec::new();
         let mut revisions = 0;
+        let mut bytes = 0;
         let mut last = None;
         for e in entries.range(start..) {
             if last != Some(e.revision) {
-                if revisions == max_revisions {
+                if revisions == max_revisions || (revisions > 0 && bytes >= max_bytes) {
                     return (out, true);
                 }
                 revisions += 1;
                 last = Some(e.revision);
             }
+            bytes += event_bytes(&e.event);
             out.push(e.clone());
         }
         (out, false)

@@ -54,14 +54,20 @@ impl Store {
         })
     }
 
-    /// The events of up to `max_revisions` revisions of the change log at or
-    /// after `from` (see [`EventLog::read_from`](super::EventLog::read_from)),
-    /// with the compacted revision read atomically with them: a watcher
-    /// checked against that revision can never miss revisions trimmed by a
+    /// The events of the change log's revisions at or after `from`, up to
+    /// `max_revisions` revisions or about `max_bytes` of keys and values
+    /// (see [`EventLog::read_from`](super::EventLog::read_from)), with the
+    /// compacted revision read atomically with them: a watcher checked
+    /// against that revision can never miss revisions trimmed by a
     /// compaction racing the read.
-    pub fn read_log(&self, from: i64, max_revisions: usize) -> (i64, Vec<LoggedEvent>, bool) {
+    pub fn read_log(
+        &self,
+        from: i64,
+        max_revisions: usize,
+        max_bytes: usize,
+    ) -> (i64, Vec<LoggedEvent>, bool) {
         let _gate = self.compaction_gate().read();
-        let (events, limited) = self.log().read_from(from, max_revisions);
+        let (events, limited) = self.log().read_from(from, max_revisions, max_bytes);
         (self.compacted_revision(), events, limited)
     }
 

@@ -179,7 +179,7 @@ mod tests {
 
     fn logged(seq: &Sequencer) -> Vec<i64> {
         seq.log()
-            .read_from(0, usize::MAX)
+            .read_from(0, usize::MAX, usize::MAX)
             .0
             .iter()
             .map(|e| e.revision)

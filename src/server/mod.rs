@@ -12,13 +12,13 @@ use bootstrap::build_store;
 use memory::MemoryPlan;
 use revisions::{guard_revisions, RevisionGuard};
 pub use revisions::{start_revision, COMPACT_REV_KEY};
-use tasks::{auto_compact, expire_leases, snapshot_loop, write_snapshot};
+use tasks::{auto_compact, expire_leases, snapshot_loop, write_snapshot, CompactionPolicy};
 
 use crate::api::{
     AuthService, ClusterService, GrpcGoLimits, KvService, LeaseService, MaintenanceService,
     Overload, SendPreEncoded, ServerInfo, Shared, WatchService,
 };
-use crate::config::{listen_addr, AutoCompaction, Config};
+use crate::config::{listen_addr, Config};
 use crate::metrics::Metrics;
 use crate::mvcc::Store;
 use crate::proto::etcdserverpb::{
@@ -196,14 +196,13 @@ impl Server {
         });
         let store = self.shared.store.clone();
         let expiry = tokio::spawn(expire_leases(self.shared.clone()));
-        let compactor = match self.config.auto_compaction()? {
-            AutoCompaction::Off => None,
-            mode => Some(tokio::spawn(auto_compact(
-                store.clone(),
-                mode,
-                stop_rx.clone(),
-            ))),
-        };
+        // The safety net runs unless auto-compaction is configured or it is
+        // set to 0; an exact-etcd mode would turn it off here.
+        let compactor = CompactionPolicy::from_flags(
+            self.config.auto_compaction()?,
+            self.config.compaction_safety_net,
+        )
+        .map(|policy| tokio::spawn(auto_compact(store.clone(), policy, stop_rx.clone())));
         let guard = self
             .guard
             .needed()

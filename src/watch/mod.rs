@@ -91,6 +91,18 @@ pub enum Output {
     },
 }
 
+/// Bytes of keys and values (previous versions included) one
+/// [`WatchStream::poll`] reads from the log, beyond its first revision.
+///
+/// Each poll's outputs become responses that wait in the stream's channel
+/// and HTTP/2 buffers until the client reads them, so this bounds what a
+/// stream that stopped reading holds (about its channel's length times
+/// this, shared with the store until compaction, plus one encoded response)
+/// and how large one response gets while a watcher catches up over large
+/// values. A revision is never split, so a single larger revision still
+/// comes whole.
+pub const BATCH_BYTES: usize = 1 << 20;
+
 struct Watcher {
     spec: WatchSpec,
     next_rev: i64,
@@ -199,8 +211,8 @@ impl WatchStream {
         self.watchers.values().any(|w| w.next_rev <= latest)
     }
 
-    /// Delivers up to `max_revisions` revisions of the log to every watcher
-    /// that needs them, then answers a pending progress request if all
+    /// Delivers up to `max_revisions` revisions of the log (and about
+    /// [`BATCH_BYTES`]) to every watcher that needs them, then answers a pending progress request if all
     /// watchers are caught up.
     pub fn poll(&mut self, store: &Store, max_revisions: usize) -> Vec<Output> {
         let mut out = Vec::new();
@@ -212,7 +224,7 @@ impl WatchStream {
             .filter(|r| *r <= latest)
             .min();
         if let Some(from) = from {
-            let (compacted, mut batch, limited) = store.read_log(from, max_revisions);
+            let (compacted, mut batch, limited) = store.read_log(from, max_revisions, BATCH_BYTES);
             // Watchers that still need history compaction removed are
             // canceled, as etcd does with unsynced watchers.
             let lagging: Vec<i64> = self

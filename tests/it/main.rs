@@ -19,6 +19,8 @@ mod operations;
 mod overload;
 mod quota;
 mod restart;
+mod safety_net;
+mod slow_watch;
 mod smoke;
 mod sorting;
 mod support;

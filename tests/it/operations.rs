@@ -6,7 +6,7 @@ use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
 /// Plain HTTP/1.1 GET with a bounded wait; returns (status line, body).
-fn http_get(port: u16, path: &str) -> (String, String) {
+pub(crate) fn http_get(port: u16, path: &str) -> (String, String) {
     let mut stream =
         std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect to the metrics port");
     stream

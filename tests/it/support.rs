@@ -82,12 +82,15 @@ pub fn rev(header: Option<&etcd_client::ResponseHeader>) -> i64 {
 }
 
 /// Flags that make ephd behave exactly like a fresh etcd: revisions start at
-/// 1 (no wall-clock revision continuity, no `compact_rev_key`) and a put
-/// naming an unknown lease fails instead of adopting it.
+/// 1 (no wall-clock revision continuity, no `compact_rev_key`), a put
+/// naming an unknown lease fails instead of adopting it, and history is
+/// kept until a client compacts (no compaction safety net).
 pub const ETCD_COMPAT: &[&str] = &[
     "--revision-continuity",
     "false",
     "--lease-adopt-unknown-ttl",
+    "0",
+    "--compaction-safety-net",
     "0",
 ];
 

@@ -166,7 +166,7 @@ fn leases(store: &Store) -> Vec<(i64, i64, Vec<bytes::Bytes>)> {
 }
 
 fn log(store: &Store) -> Vec<(i64, Event)> {
-    let (_, events, _) = store.read_log(0, usize::MAX);
+    let (_, events, _) = store.read_log(0, usize::MAX, usize::MAX);
     events.into_iter().map(|e| (e.revision, e.event)).collect()
 }
 

@@ -108,14 +108,14 @@ fn the_change_log_around_compaction() {
             failure: vec![],
         })
         .unwrap(); // revision 10
-    let (compacted, events, limited) = store.read_log(2, 3);
+    let (compacted, events, limited) = store.read_log(2, 3, usize::MAX);
     assert_eq!(compacted, -1);
     assert_eq!(
         events.iter().map(|e| e.revision).collect::<Vec<_>>(),
         [2, 3, 4]
     );
     assert!(limited);
-    let (_, events, limited) = store.read_log(9, 2);
+    let (_, events, limited) = store.read_log(9, 2, usize::MAX);
     assert_eq!(
         events.iter().map(|e| e.revision).collect::<Vec<_>>(),
         [9, 10, 10]
@@ -123,20 +123,57 @@ fn the_change_log_around_compaction() {
     assert!(!limited, "both events of revision 10 come together");
 
     store.compact(6).unwrap();
-    let (compacted, events, _) = store.read_log(2, 100);
+    let (compacted, events, _) = store.read_log(2, 100, usize::MAX);
     assert_eq!(
         compacted, 6,
         "the reader learns it asked below the compaction"
     );
     assert_eq!(events.first().map(|e| e.revision), Some(6));
-    let (compacted, events, _) = store.read_log(8, 100);
+    let (compacted, events, _) = store.read_log(8, 100, usize::MAX);
     assert_eq!(compacted, 6);
     assert_eq!(events.len(), 4, "8, 9 and the two events of 10");
-    let (_, events, limited) = store.read_log(11, 100);
+    let (_, events, limited) = store.read_log(11, 100, usize::MAX);
     assert!(
         events.is_empty() && !limited,
         "nothing after the newest revision"
     );
+}
+
+#[test]
+fn log_reads_stop_at_a_byte_bound_without_splitting_a_revision() {
+    let store = Store::new(StoreConfig::default());
+    let put_len = |k: &str, len: usize| {
+        store
+            .put(PutRequest {
+                key: b(k),
+                value: bytes::Bytes::from(vec![b'v'; len]),
+                ..Default::default()
+            })
+            .unwrap()
+    };
+    put_len("a", 100); // r2: 101 bytes
+    put_len("b", 100); // r3
+    put_len("c", 1000); // r4
+    put_len("a", 100); // r5: 202 bytes with its previous version
+    let revisions = |from, bytes| {
+        let (_, events, limited) = store.read_log(from, 100, bytes);
+        let revs: Vec<i64> = events.iter().map(|e| e.revision).collect();
+        (revs, limited)
+    };
+    assert_eq!(
+        revisions(2, 150),
+        (vec![2, 3], true),
+        "stops once 150 reached"
+    );
+    assert_eq!(revisions(2, 202), (vec![2, 3], true));
+    assert_eq!(revisions(2, 203), (vec![2, 3, 4], true));
+    assert_eq!(
+        revisions(4, 1),
+        (vec![4], true),
+        "the first revision comes whole, however large"
+    );
+    assert_eq!(revisions(2, usize::MAX), (vec![2, 3, 4, 5], false));
+    assert_eq!(revisions(5, 1), (vec![5], false));
 }
 
 #[test]
@@ -230,7 +267,7 @@ fn revoke_deletes_attached_keys_at_one_revision() {
     let before = store.current_revision();
     let rev = store.lease_revoke(id).unwrap();
     assert_eq!(rev, before + 1, "one revision for every key");
-    let (_, events, _) = store.read_log(rev, 10);
+    let (_, events, _) = store.read_log(rev, 10, usize::MAX);
     let deleted: Vec<_> = events
         .iter()
         .map(|e| (e.revision, e.event.kind, e.event.kv.key.clone()))
