@@ -115,6 +115,11 @@ impl Env {
             store,
             info: Arc::new(info),
             metrics,
+            overload: Arc::new(ephd::api::Overload::new(
+                1,
+                1 << 20,
+                std::time::Duration::from_secs(1),
+            )),
             stop,
         };
         let runtime = tokio::runtime::Builder::new_current_thread()

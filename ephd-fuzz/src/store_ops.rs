@@ -461,7 +461,7 @@ pub fn check_history(store: &Store, model: &Model) {
             "everything at revision {rev}"
         );
     }
-    let (compacted, events, limited) = store.read_log(0, usize::MAX);
+    let (compacted, events, limited) = store.read_log(0, usize::MAX, usize::MAX);
     assert_eq!(compacted, model.compacted);
     assert!(!limited);
     let got: Vec<_> = events.into_iter().map(|e| (e.revision, e.event)).collect();
