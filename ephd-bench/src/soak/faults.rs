@@ -5,7 +5,7 @@
 
 use super::model::{digest, Family, BURST_PREFIX, EVENTS_PREFIX};
 use super::rawh2::{self, frame, message, Raw};
-use super::watch::{list_rev, ERR_COMPACTED};
+use super::watch::{list_rev, range_patiently, shed, ERR_COMPACTED};
 use super::Soak;
 use crate::keys::prefix_end;
 use crate::pool::call;
@@ -375,14 +375,22 @@ impl Soak<'_> {
         }
         // Still serving.
         let ep = self.ep()?;
-        call(
-            timeout,
-            ep.kv
-                .put(put("/soak-chaos/after-malformed", b"ok".to_vec())),
-        )
-        .await
-        .map_err(|(k, m)| format!("a put after the malformed requests failed: {k}: {m}"))?;
-        Ok(())
+        let mut tries = 0;
+        loop {
+            let req = put("/soak-chaos/after-malformed", b"ok".to_vec());
+            match call(timeout, ep.kv.put(req)).await {
+                Ok(_) => return Ok(()),
+                Err((_, m)) if shed(&m) && tries < 10 => {
+                    tries += 1;
+                    tokio::time::sleep(Duration::from_millis(200 * tries)).await;
+                }
+                Err((k, m)) => {
+                    return Err(format!(
+                        "a put after the malformed requests failed: {k}: {m}"
+                    ))
+                }
+            }
+        }
     }
 
     /// A lease with `--burst-keys` keys and a short TTL expires: the keys
@@ -475,18 +483,16 @@ impl Soak<'_> {
         let deadline = refreshed + Duration::from_secs(ttl as u64 + 15);
         let pfx = Bytes::from(prefix.clone());
         loop {
-            let left = call(
-                timeout,
-                ep.kv.range(RangeRequest {
-                    range_end: prefix_end(&pfx),
-                    key: pfx.clone(),
-                    count_only: true,
-                    ..Default::default()
-                }),
-            )
-            .await
-            .map_err(|(k, m)| format!("counting burst keys: {k}: {m}"))?
-            .count;
+            let count = RangeRequest {
+                range_end: prefix_end(&pfx),
+                key: pfx.clone(),
+                count_only: true,
+                ..Default::default()
+            };
+            let left = range_patiently(&mut ep.kv, count, timeout)
+                .await
+                .map_err(|(k, m)| format!("counting burst keys: {k}: {m}"))?
+                .count;
             if left == 0 {
                 let s = refreshed.elapsed().as_secs_f64();
                 self.stats.burst_expiry_max_s = self.stats.burst_expiry_max_s.max(s);
@@ -688,9 +694,7 @@ impl Soak<'_> {
                     self.stats.storm_mib += bytes as f64 / (1 << 20) as f64;
                     self.stats.storm_max_s = self.stats.storm_max_s.max(took.as_secs_f64());
                 }
-                Err((k, m)) if k == "ResourceExhausted" && m.contains("too many requests") => {
-                    self.stats.storm_shed += 1
-                }
+                Err((k, m)) if k == "ResourceExhausted" && shed(&m) => self.stats.storm_shed += 1,
                 Err((k, _)) if k == "timeout" => self.stats.storm_timeouts += 1,
                 Err((k, at)) if k == "expired" => {
                     let requested = compacted.load(Ordering::Acquire);

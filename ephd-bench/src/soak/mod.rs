@@ -729,6 +729,14 @@ impl Soak<'_> {
                 load::COMPACT_REV_KEY
             )),
         }
+        // kube-apiserver reuses its cached lease after a restart; one the
+        // restored generation lacks (or an empty start) must be adopted,
+        // not refused (counted here; refusals are caught at the end).
+        if let Some(id) = self.sh.cached_lease().await {
+            if expected.is_none_or(|r| !r.leases.iter().any(|l| l.id == id)) {
+                self.stats.leases_to_adopt += 1;
+            }
+        }
         let now = Instant::now();
         let snap_rev = match expected {
             Some(r) => {
@@ -771,14 +779,6 @@ impl Soak<'_> {
                     ));
                 }
                 self.check_leases(r).await;
-                // kube-apiserver reuses its cached lease after a restart;
-                // one the generation lacks must be adopted, not refused
-                // (counted here, refusals are caught at the end).
-                if let Some(id) = self.sh.cached_lease().await {
-                    if !r.leases.iter().any(|l| l.id == id) {
-                        self.stats.leases_to_adopt += 1;
-                    }
-                }
                 r.revision
             }
             None => {

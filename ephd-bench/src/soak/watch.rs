@@ -352,9 +352,33 @@ impl Drop for StreamHandle {
     }
 }
 
+/// Whether an error is the server shedding load ("etcdserver: too many
+/// requests"): the server protecting itself, to be retried, not a fault.
+pub fn shed(msg: &str) -> bool {
+    msg.contains("too many requests")
+}
+
+/// A Range, retried (up to ten times, backing off) while the server sheds
+/// it.
+pub async fn range_patiently(
+    kv: &mut Kv,
+    req: RangeRequest,
+    timeout: Duration,
+) -> Result<ephd::proto::etcdserverpb::RangeResponse, (String, String)> {
+    let mut tries = 0;
+    loop {
+        match call(timeout, kv.range(req.clone())).await {
+            Err((_, m)) if shed(&m) && tries < 10 => {
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(200 * tries)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
 /// Lists a family at `revision` (0: current): the header revision and
-/// every object. A list the server sheds (`too many requests`, right
-/// after a storm) is retried a few times.
+/// every object (retried while the server sheds it).
 pub async fn list(
     kv: &mut Kv,
     family: Family,
@@ -368,16 +392,9 @@ pub async fn list(
         revision,
         ..Default::default()
     };
-    let mut tries = 0;
-    let resp = loop {
-        match call(timeout, kv.range(req.clone())).await {
-            Err((_, m)) if m.contains("too many requests") && tries < 10 => {
-                tries += 1;
-                tokio::time::sleep(Duration::from_millis(200 * tries)).await;
-            }
-            other => break other.map_err(|(k, m)| format!("{k}: {m}"))?,
-        }
-    };
+    let resp = range_patiently(kv, req, timeout)
+        .await
+        .map_err(|(k, m)| format!("{k}: {m}"))?;
     if resp.more || resp.count != resp.kvs.len() as i64 {
         return Err(format!(
             "an unlimited Range returned {} of {} objects (more: {})",
@@ -822,17 +839,15 @@ impl WatchSet {
 /// The current revision (a count-only Range).
 pub async fn list_rev(kv: &mut Kv, timeout: Duration) -> Result<i64, String> {
     let key = Bytes::from_static(b"/");
-    let resp = call(
-        timeout,
-        kv.range(RangeRequest {
-            range_end: prefix_end(&key),
-            key,
-            count_only: true,
-            ..Default::default()
-        }),
-    )
-    .await
-    .map_err(|(k, m)| format!("{k}: {m}"))?;
+    let req = RangeRequest {
+        range_end: prefix_end(&key),
+        key,
+        count_only: true,
+        ..Default::default()
+    };
+    let resp = range_patiently(kv, req, timeout)
+        .await
+        .map_err(|(k, m)| format!("{k}: {m}"))?;
     Ok(resp.header.as_ref().map_or(0, |h| h.revision))
 }
 
