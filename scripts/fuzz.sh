@@ -47,6 +47,22 @@ max_len() {
   esac
 }
 
+# Extra libFuzzer options and sanitizer settings per target. store_ops
+# runs without leak detection, per input and at exit: LeakSanitizer reports
+# index entries that compaction removed and that are never freed, an open
+# finding (fuzz/results/2026-11-30T221135Z.md); with detection on, it stops
+# every run within seconds, before the model checks get any time.
+extra_options() {
+  case $1 in
+    store_ops) echo -detect_leaks=0 ;;
+  esac
+}
+asan_options() {
+  case $1 in
+    store_ops) echo detect_leaks=0 ;;
+  esac
+}
+
 if ! cargo fuzz --version >/dev/null 2>&1; then
   echo "fuzz.sh: installing cargo-fuzz from crates.io" >&2
   cargo install cargo-fuzz --locked
@@ -72,11 +88,11 @@ for target in $targets; do
   done
   echo "fuzz.sh: $target for ${seconds}s (log: $log)" >&2
   set +e
-  timeout --kill-after=30 $((seconds + 120)) \
+  ASAN_OPTIONS=$(asan_options "$target") timeout --kill-after=30 $((seconds + 120)) \
     cargo fuzz run "${build_flags[@]}" "$target" "$corpus" "${extra[@]}" -- \
     -max_total_time="$seconds" -max_len="$(max_len "$target")" \
     -timeout=30 -rss_limit_mb=4096 -print_final_stats=1 \
-    -artifact_prefix="$artifacts/" >"$log" 2>&1
+    -artifact_prefix="$artifacts/" $(extra_options "$target") >"$log" 2>&1
   status=$?
   set -e
   # libFuzzer's final stats; the last progress line ("#N ...") if it died

@@ -139,7 +139,17 @@ impl Model {
                 && (req.min_create_revision == 0 || kv.create_revision >= req.min_create_revision)
                 && (req.max_create_revision == 0 || kv.create_revision <= req.max_create_revision)
         };
+        let filtered = req.min_mod_revision != 0
+            || req.max_mod_revision != 0
+            || req.min_create_revision != 0
+            || req.max_create_revision != 0;
         let mut kvs: Vec<Kv> = all.into_iter().filter(keep).collect();
+        // etcd's quirk: without a sort order or filters, it reads only one
+        // kv past the limit (in key order) and sorts those, even when a
+        // non-key target makes it sort ascending below.
+        if req.sort_order == SortOrder::None && !filtered && req.limit > 0 {
+            kvs.truncate(req.limit as usize + 1);
+        }
         // Stable sorts: ties stay in key order (the store may order them
         // otherwise; see `same_range`).
         let key = sort_key(req.sort_target);
