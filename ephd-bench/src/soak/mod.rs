@@ -249,13 +249,14 @@ fn default_bin() -> Result<PathBuf, String> {
     }
 }
 
-/// Whether the server knows a flag (`--help` lists it).
-fn server_has_flag(bin: &Path, flag: &str) -> bool {
+/// The server's `--help`, which lists the flags it knows (empty if it
+/// cannot be run).
+fn server_help(bin: &Path) -> String {
     std::process::Command::new(bin)
         .arg("--help")
         .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).contains(flag))
-        .unwrap_or(false)
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default()
 }
 
 fn lean_endpoint(srv: &ServerProc, window: u32) -> Result<Channel, String> {
@@ -308,15 +309,26 @@ pub async fn run(c: &Common, a: &Args) -> Result<Report, String> {
         "--log-level".into(),
         "info".into(),
     ];
-    // A memory-related flag, when this server has one: a quota far above
-    // what the soak stores, so NOSPACE means the accounting is wrong.
-    let quota = server_has_flag(&bin, "--quota-backend-bytes");
-    if quota {
-        args.push(format!(
-            "--quota-backend-bytes={}",
-            a.rss_budget_mb * (1 << 20) / 2
-        ));
+    // Memory-related flags, when this server has them and the caller did
+    // not set them: a quota far above what the soak stores (so NOSPACE
+    // means the accounting is wrong), and a bound on list responses in
+    // flight well inside the RSS budget (so a list storm must fit in it).
+    let help = server_help(&bin);
+    let budget = a.rss_budget_mb * (1 << 20);
+    let mut memory_flags = Vec::new();
+    for (flag, value) in [
+        ("--quota-backend-bytes", budget / 2),
+        ("--max-response-bytes-in-flight", budget / 4),
+    ] {
+        let set_by_caller = a
+            .server_args
+            .iter()
+            .any(|s| s == flag || s.starts_with(&format!("{flag}=")));
+        if help.contains(flag) && !set_by_caller {
+            memory_flags.push(format!("{flag}={value}"));
+        }
     }
+    args.extend(memory_flags.iter().cloned());
     args.extend(a.server_args.iter().cloned());
     let max_request_bytes = args
         .iter()
@@ -374,7 +386,8 @@ pub async fn run(c: &Common, a: &Args) -> Result<Report, String> {
     }
     soak.finish().await;
     let passed = soak.viol.count() == 0;
-    let mut r = soak.report(started.elapsed(), seed, quota);
+    let mut r = soak.report(started.elapsed(), seed);
+    r.set("memory_flags", json!(memory_flags));
     r.set("work_dir", work.display().to_string());
     if passed && !a.keep_work_dir {
         let _ = std::fs::remove_dir_all(&work);
@@ -915,7 +928,7 @@ impl Soak<'_> {
         }
     }
 
-    fn report(&self, elapsed: Duration, seed: u64, quota: bool) -> Report {
+    fn report(&self, elapsed: Duration, seed: u64) -> Report {
         let m = self.model.lock();
         let ms = m.stats.clone();
         let acked: u64 = ms.acked.iter().sum();
@@ -984,7 +997,6 @@ impl Soak<'_> {
         r.set("cached_leases_adopted", s.leases_to_adopt);
         r.set("peak_rss_mib", r3(self.srv.peak_rss_mb()));
         r.set("rss_budget_mib", self.a.rss_budget_mb);
-        r.set("quota_flag", quota);
         r.set("server_panics", self.srv.panics().len());
         r.set("server_error_lines", self.srv.error_lines());
         r.set("model_objects", m.tracked());
