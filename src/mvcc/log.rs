@@ -33,6 +33,10 @@ fn event_bytes(e: &Event) -> usize {
             .map_or(0, |p| p.key.len() + p.value.len())
 }
 
+/// Entries below which [`EventLog::trim_below`] never shrinks the buffer
+/// (128 KiB): small buffers are not worth a reallocation.
+const SHRINK_ABOVE: usize = 4096;
+
 /// The log itself; see the module docs.
 ///
 /// Events are stored flat (32 bytes each, no allocation of their own) rather
@@ -112,10 +116,27 @@ impl EventLog {
     }
 
     /// Drops every revision below `revision` (called by compaction).
+    ///
+    /// A drained buffer keeps its capacity, so after a burst of writes and
+    /// a compaction the burst's whole buffer would stay resident (32 MiB
+    /// for a million writes, measured with `bench/memory-return.sh`). When
+    /// less than a quarter of it is used, it is shrunk to twice what is
+    /// left: the copy moves at most that quarter, and steady writing
+    /// between compactions does not reallocate back and forth.
     pub(crate) fn trim_below(&self, revision: i64) {
         let mut entries = self.entries.write();
         let keep_from = entries.partition_point(|e| e.revision < revision);
         entries.drain(..keep_from);
+        if entries.capacity() > SHRINK_ABOVE && entries.capacity() / 4 > entries.len() {
+            let keep = 2 * entries.len();
+            entries.shrink_to(keep);
+        }
+    }
+
+    /// Room allocated for entries (for tests).
+    #[cfg(test)]
+    fn capacity(&self) -> usize {
+        self.entries.read().capacity()
     }
 
     /// Number of retained events (for metrics and tests).
@@ -126,5 +147,50 @@ impl EventLog {
     /// Whether no event is retained.
     pub fn is_empty(&self) -> bool {
         self.entries.read().is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mvcc::types::{EventKind, KeyValue};
+    use bytes::Bytes;
+    use std::sync::Arc;
+
+    fn put(rev: i64) -> Vec<Event> {
+        vec![Event {
+            kind: EventKind::Put,
+            kv: Arc::new(KeyValue {
+                key: Bytes::from_static(b"k"),
+                create_revision: rev,
+                mod_revision: rev,
+                version: 1,
+                value: Bytes::new(),
+                lease: 0,
+            }),
+            prev_kv: None,
+        }]
+    }
+
+    #[test]
+    fn compaction_gives_back_the_room_a_burst_left() {
+        let log = EventLog::new(0);
+        for rev in 1..=100_000 {
+            log.append(rev, put(rev));
+        }
+        assert!(log.capacity() >= 100_000);
+        // Keeping most of it: no reallocation.
+        log.trim_below(50_000);
+        assert!(log.capacity() >= 100_000);
+        // Keeping a little: shrunk to twice what is left.
+        log.trim_below(99_001);
+        assert_eq!(log.len(), 1_000);
+        assert!(log.capacity() < 4_096, "capacity {}", log.capacity());
+        let (events, _) = log.read_from(0, usize::MAX, usize::MAX);
+        let revs: Vec<i64> = events.iter().map(|e| e.revision).collect();
+        assert_eq!(revs, (99_001..=100_000).collect::<Vec<_>>());
+        // Small buffers are left alone.
+        log.trim_below(100_000);
+        assert!(log.capacity() >= 1_000);
     }
 }
