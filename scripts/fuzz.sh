@@ -47,21 +47,13 @@ max_len() {
   esac
 }
 
-# Extra libFuzzer options and sanitizer settings per target. store_ops
-# runs without leak detection, per input and at exit: LeakSanitizer reports
-# index entries that compaction removed and that are never freed, an open
-# finding (fuzz/results/2026-11-30T221135Z.md); with detection on, it stops
-# every run within seconds, before the model checks get any time.
-extra_options() {
-  case $1 in
-    store_ops) echo -detect_leaks=0 ;;
-  esac
-}
-asan_options() {
-  case $1 in
-    store_ops) echo detect_leaks=0 ;;
-  esac
-}
+# Extra libFuzzer options and sanitizer settings per target. None today:
+# every target runs with leak detection, per input and at exit (store_ops
+# found a leak that way: index entries removed by compaction were never
+# freed; fuzz/results/2026-11-30T221135Z.md and the fix in
+# src/mvcc/index.rs).
+extra_options() { :; }
+asan_options() { :; }
 
 if ! cargo fuzz --version >/dev/null 2>&1; then
   echo "fuzz.sh: installing cargo-fuzz from crates.io" >&2
