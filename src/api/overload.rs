@@ -1,9 +1,9 @@
 //! Bounded work for large reads, so a list storm cannot take the memory or
 //! the async workers that everything else (lease heartbeats first) needs.
 //!
-//! A Range over a span of keys is built on a blocking thread, at most
-//! [`Overload::builders`] at a time, never on the async workers that serve
-//! every other request. Its response then needs room in a byte budget
+//! A Range over a span of keys is built on a build thread of lower CPU
+//! priority, at most [`Overload::builders`] at a time, never on the async
+//! workers that serve every other request. Its response then needs room in a byte budget
 //! (`--max-response-bytes-in-flight`) for as long as it exists: from before
 //! it is converted until the last byte has left the server (or the client
 //! went away), because a response handed to HTTP/2 stays in memory until
@@ -31,6 +31,8 @@ const UNIT: u64 = 1024;
 /// The shared limits on large reads.
 #[derive(Debug)]
 pub struct Overload {
+    /// Jobs for the build threads; they end when this is dropped.
+    pool: crossbeam_channel::Sender<Job>,
     builders: Arc<Semaphore>,
     builder_count: usize,
     budget: Arc<Semaphore>,
@@ -49,6 +51,7 @@ impl Overload {
         let builders = builders.max(1);
         let units = (budget_bytes / UNIT).clamp(1, u32::MAX as u64 >> 1) as u32;
         Overload {
+            pool: build_threads(builders),
             builders: Arc::new(Semaphore::new(builders)),
             builder_count: builders,
             budget: Arc::new(Semaphore::new(units as usize)),
@@ -72,7 +75,7 @@ impl Overload {
         Instant::now() + self.queue_timeout
     }
 
-    /// Runs `build` on a blocking thread once a builder slot is free,
+    /// Runs `build` on a build thread once a builder slot is free,
     /// unless `deadline` passes first ("too many requests").
     pub async fn build<T, F>(&self, deadline: Instant, build: F) -> Result<T, Status>
     where
@@ -93,16 +96,26 @@ impl Overload {
             .await
             .map_err(|_| shed())?
             .map_err(|_| shed())?;
-        let out = tokio::task::spawn_blocking(move || {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let job: Job = Box::new(move || {
             let _slot = slot;
-            work()
-        })
-        .await;
-        match out {
-            Ok(result) => result,
-            // The build panicked: an internal error for this request, not
-            // the server's end.
-            Err(e) => Err(Status::internal(format!("{INTERNAL_RANGE_FAILED}: {e}"))),
+            // A panicking build fails its request, not the build thread.
+            let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work));
+            let _ = tx.send(out);
+        });
+        if self.pool.send(job).is_err() {
+            return Err(Status::internal(format!(
+                "{INTERNAL_RANGE_FAILED}: no build thread"
+            )));
+        }
+        match rx.await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err(Status::internal(format!(
+                "{INTERNAL_RANGE_FAILED}: panicked"
+            ))),
+            Err(_) => Err(Status::internal(format!(
+                "{INTERNAL_RANGE_FAILED}: build thread gone"
+            ))),
         }
     }
 
@@ -117,6 +130,54 @@ impl Overload {
                 .map_err(|_| shed())?
                 .map_err(|_| shed())?;
         Ok(ResponsePermit(Arc::new(permit)))
+    }
+}
+
+/// One large build, run on a build thread.
+type Job = Box<dyn FnOnce() + Send>;
+
+/// The nice value of the threads that build large responses. The async
+/// workers (heartbeats, watches, every small request) stay at the
+/// process's own priority, so when a list storm keeps every core busy the
+/// kernel runs them first and the builds take what is left; with an equal
+/// share a heartbeat waits behind a build for a whole time slice.
+const BUILDER_NICE: i32 = 10;
+
+/// Starts `n` build threads at [`BUILDER_NICE`] (their own threads, not
+/// tokio's blocking pool, whose threads also revoke expired leases and
+/// must keep the process's priority). A build slot is taken before a job
+/// is sent, so a job never waits here for a thread.
+fn build_threads(n: usize) -> crossbeam_channel::Sender<Job> {
+    let (tx, rx) = crossbeam_channel::unbounded::<Job>();
+    for i in 0..n {
+        let rx = rx.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("ephd-build-{i}"))
+            .spawn(move || {
+                lower_priority();
+                for job in rx {
+                    job();
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::error!(error = %e, "could not start a response build thread");
+        }
+    }
+    tx
+}
+
+/// Lowers the calling thread's CPU priority to [`BUILDER_NICE`] (Linux
+/// applies a nice value per thread); leaves it when it is already lower.
+fn lower_priority() {
+    #[cfg(target_os = "linux")]
+    {
+        let tid = rustix::thread::gettid();
+        let current = rustix::process::getpriority_process(Some(tid)).unwrap_or(0);
+        if current < BUILDER_NICE {
+            if let Err(e) = rustix::process::setpriority_process(Some(tid), BUILDER_NICE) {
+                tracing::debug!(error = %e, "could not lower a build thread's priority");
+            }
+        }
     }
 }
 
@@ -274,5 +335,34 @@ mod tests {
         release.send(()).unwrap();
         assert_eq!(slow.await.unwrap().unwrap(), 1);
         assert_eq!(o.build(o.deadline(), || Ok(3)).await.unwrap(), 3);
+    }
+
+    /// Builds run on the pool's own threads, at a lower priority than the
+    /// caller; a build that panics fails its request and leaves the thread
+    /// serving the next one.
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn builds_run_at_lower_priority_and_survive_a_panic() {
+        let o = Overload::new(1, UNIT, Duration::from_secs(5));
+        let (name, nice) = o
+            .build(o.deadline(), || {
+                let name = std::thread::current().name().map(str::to_owned);
+                let tid = rustix::thread::gettid();
+                Ok((
+                    name,
+                    rustix::process::getpriority_process(Some(tid)).unwrap(),
+                ))
+            })
+            .await
+            .unwrap();
+        assert_eq!(name.as_deref(), Some("ephd-build-0"));
+        let own = rustix::process::getpriority_process(Some(rustix::thread::gettid())).unwrap();
+        assert_eq!(nice, BUILDER_NICE.max(own));
+        let failed = o
+            .build::<(), _>(o.deadline(), || panic!("a bad build"))
+            .await
+            .unwrap_err();
+        assert_eq!(failed.code(), tonic::Code::Internal);
+        assert_eq!(o.build(o.deadline(), || Ok(7)).await.unwrap(), 7);
     }
 }
