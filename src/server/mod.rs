@@ -262,9 +262,13 @@ impl Server {
             let router = builder
                 .layer(GrpcGoLimits)
                 .layer(SendPreEncoded)
-                .max_concurrent_streams(Some(u32::MAX))
-                .http2_keepalive_interval(Some(Duration::from_secs(2 * 3600)))
-                .http2_keepalive_timeout(Some(Duration::from_secs(20)))
+                .max_concurrent_streams(Some(self.config.max_concurrent_streams))
+                .http2_keepalive_interval(
+                    Some(self.config.grpc_keepalive_interval).filter(|d| !d.is_zero()),
+                )
+                .http2_keepalive_timeout(
+                    Some(self.config.grpc_keepalive_timeout).filter(|d| !d.is_zero()),
+                )
                 .add_service(
                     KvServer::new(KvService(shared.clone()))
                         .max_decoding_message_size(decode_limit)

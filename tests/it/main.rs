@@ -6,6 +6,7 @@
 
 mod cli;
 mod concurrency;
+mod config;
 mod differential;
 mod etcdctl;
 mod harness;
