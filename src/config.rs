@@ -88,7 +88,7 @@ pub struct Config {
     /// snapshot's revision) like etcd, implies `--strict-restore`, and is
     /// refused when the previous run held kube-apiserver's `compact_rev_key`
     /// and this start would lose it.
-    #[arg(long, env = "EPHD_REVISION_CONTINUITY", default_value_t = true, action = clap::ArgAction::Set)]
+    #[arg(long, env = "EPHD_REVISION_CONTINUITY", default_value_t = true, action = clap::ArgAction::Set, value_parser = parse_bool)]
     pub revision_continuity: bool,
 
     /// Refuse to start when the newest snapshot in `--data-dir` (or the
@@ -96,7 +96,7 @@ pub struct Config {
     /// Without it, ephd moves the damaged file aside, restores the next
     /// older snapshot or starts empty above every known revision, and logs
     /// an ERROR saying what was lost.
-    #[arg(long, env = "EPHD_STRICT_RESTORE", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    #[arg(long, env = "EPHD_STRICT_RESTORE", default_value_t = false, action = clap::ArgAction::Set, value_parser = parse_bool, num_args = 0..=1, default_missing_value = "true")]
     pub strict_restore: bool,
 
     /// Adopt a lease ID that a put names but ephd does not know, with this TTL
@@ -182,7 +182,7 @@ pub struct Config {
     pub trusted_ca_file: Option<PathBuf>,
 
     /// Require a client certificate signed by `--trusted-ca-file`.
-    #[arg(long, env = "EPHD_CLIENT_CERT_AUTH", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    #[arg(long, env = "EPHD_CLIENT_CERT_AUTH", default_value_t = false, action = clap::ArgAction::Set, value_parser = parse_bool, num_args = 0..=1, default_missing_value = "true")]
     pub client_cert_auth: bool,
 
     /// Log filter (tracing syntax: error, warn, info, debug, or per-module
@@ -192,7 +192,7 @@ pub struct Config {
 
     /// etcd's deprecated switch for debug logging: the same as
     /// `--log-level=debug`.
-    #[arg(long, env = "EPHD_DEBUG", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    #[arg(long, env = "EPHD_DEBUG", default_value_t = false, action = clap::ArgAction::Set, value_parser = parse_bool, num_args = 0..=1, default_missing_value = "true")]
     pub debug: bool,
 
     /// Where logs go, comma-separated: `stderr` (also etcd's `default`),
@@ -310,6 +310,13 @@ impl Config {
             }
         }
     }
+}
+
+/// Parses a boolean as Go's `strconv.ParseBool` does (`1`, `t`, `true`,
+/// `TRUE`, `True`, `0`, `f`, ...), which etcd's boolean flags and `ETCD_*`
+/// variables use.
+pub fn parse_bool(s: &str) -> Result<bool, String> {
+    etcd::go_bool(s)
 }
 
 /// Parses Go's duration syntax (`1h30m`, `10s`, `250ms`, `0`), which etcd's

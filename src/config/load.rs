@@ -87,6 +87,15 @@ const DURATION_FLAGS: &[&str] = &[
     "grpc-keepalive-timeout",
 ];
 
+/// Flags ephd implements whose values are booleans: a configuration file
+/// may give them as YAML 1.1 words (`yes`, `on`), as etcd's parser reads them.
+const BOOL_FLAGS: &[&str] = &[
+    "client-cert-auth",
+    "strict-restore",
+    "revision-continuity",
+    "debug",
+];
+
 /// Loads the configuration from `args` (the first is the program name) and
 /// the `ETCD_*` variables of `env`. ephd's own `EPHD_*` variables are read
 /// by clap from the process environment.
@@ -165,7 +174,8 @@ fn flags_by_name(cmd: &Command) -> HashMap<String, &Arg> {
 }
 
 /// What a flag's value looks like, for the configuration file.
-fn value_kind(arg: &Arg, name: &str) -> ValueKind {
+fn value_kind(arg: &Arg) -> ValueKind {
+    let name = arg.get_long().unwrap_or_default();
     if let Some(compat) = etcd::find(name) {
         return match compat.kind {
             Kind::Bool => ValueKind::Bool,
@@ -173,12 +183,7 @@ fn value_kind(arg: &Arg, name: &str) -> ValueKind {
             _ => ValueKind::Other,
         };
     }
-    let values: Vec<String> = arg
-        .get_possible_values()
-        .iter()
-        .map(|p| p.get_name().to_string())
-        .collect();
-    if values == ["true", "false"] {
+    if BOOL_FLAGS.contains(&name) {
         ValueKind::Bool
     } else if DURATION_FLAGS.contains(&name) {
         ValueKind::Duration
@@ -216,7 +221,7 @@ fn from_file(
         if flag == "config-file" {
             return None;
         }
-        by_name.get(flag).map(|arg| value_kind(arg, flag))
+        by_name.get(flag).map(|arg| value_kind(arg))
     };
     let file = yaml::parse(&shown, &text, &kind).map_err(LoadError::Invalid)?;
     notices.push(Notice::Info(format!(
@@ -364,6 +369,8 @@ mod tests {
         assert_eq!(c.max_request_bytes, 1000);
         assert_eq!(c.watch_progress_notify_interval, Duration::from_secs(5));
         assert_eq!(c.data_dir, None);
+        let go = load(&[], &[("ETCD_CLIENT_CERT_AUTH", "1"), ("ETCD_DEBUG", "T")]).unwrap();
+        assert!(go.config.client_cert_auth && go.config.debug);
         assert!(warnings(&l).is_empty(), "{:?}", l.notices);
         assert!(l.notices.contains(&Notice::Info(
             "recognized and used environment variable ETCD_NAME=m1".into()
