@@ -341,20 +341,14 @@ fn http_get(port: u16, path: &str) -> String {
     out
 }
 
-#[test]
-fn kubeadm_etcd_static_pod_flags_serve_over_tls() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    make_certs(d);
-    let (client, peer, metrics) = (free_port(), free_port(), free_port());
+/// kubeadm's etcd manifest flags (v1.29+), with this test's ports and files.
+fn kubeadm_flags(d: &Path, client: u16, peer: u16, metrics: u16) -> Vec<String> {
     let file = |n: &str| d.join(n).display().to_string();
-    let mut cmd = ephd();
-    // kubeadm's etcd manifest (v1.29+), with this test's ports and files.
-    cmd.args([
+    vec![
         format!("--advertise-client-urls=https://127.0.0.1:{client}"),
         format!("--cert-file={}", file("server.crt")),
         "--client-cert-auth=true".into(),
-        format!("--data-dir={}", file("data")),
+        format!("--data-dir={}", file(&format!("data-{client}"))),
         "--experimental-initial-corrupt-check=true".into(),
         "--experimental-watch-progress-notify-interval=5s".into(),
         format!("--initial-advertise-peer-urls=https://127.0.0.1:{peer}"),
@@ -370,49 +364,74 @@ fn kubeadm_etcd_static_pod_flags_serve_over_tls() {
         format!("--peer-trusted-ca-file={}", file("ca.crt")),
         "--snapshot-count=10000".into(),
         format!("--trusted-ca-file={}", file("ca.crt")),
-    ]);
-    let mut p = Proc::spawn(cmd, &[], &d.join("ephd.log"));
-    p.wait_listening(client);
-    p.wait_listening(metrics);
+    ]
+}
 
-    let put = etcdctl_tls(d, client, &["put", "/registry/events/x", "v"]);
-    assert!(put.status.success(), "{put:?}");
-    let get = etcdctl_tls(
-        d,
-        client,
-        &["get", "/registry/events/x", "--print-value-only"],
-    );
-    assert_eq!(String::from_utf8_lossy(&get.stdout), "v\n", "{get:?}");
-    let members = etcdctl_tls(d, client, &["member", "list"]);
-    assert!(
-        String::from_utf8_lossy(&members.stdout).contains(", node1, "),
-        "{members:?}"
-    );
-    let health = http_get(metrics, "/health");
-    assert!(health.starts_with("HTTP/1.1 200"), "{health}");
+#[test]
+fn kubeadm_etcd_static_pod_flags_serve_over_tls_as_on_etcd() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    make_certs(d);
+    for (mut server, name) in [(etcd(), "etcd"), (ephd(), "ephd")] {
+        let (client, peer, metrics) = (free_port(), free_port(), free_port());
+        server.args(kubeadm_flags(d, client, peer, metrics));
+        let mut p = Proc::spawn(server, &[], &d.join(format!("{name}.log")));
+        p.wait_listening(client);
+        p.wait_listening(metrics);
 
-    let logs = p.logs();
-    let ignored = [
-        "experimental-initial-corrupt-check",
-        "initial-advertise-peer-urls",
-        "initial-cluster",
-        "listen-peer-urls",
-        "peer-cert-file",
-        "peer-client-cert-auth",
-        "peer-key-file",
-        "peer-trusted-ca-file",
-        "snapshot-count",
-    ];
-    for flag in ignored {
-        let line = format!("flag --{flag} is accepted for etcd compatibility and ignored: ");
-        assert_eq!(logs.matches(&line).count(), 1, "{line:?} in\n{logs}");
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            let put = etcdctl_tls(d, client, &["put", "/registry/events/x", "v"]);
+            if put.status.success() {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{name}: {put:?}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let get = etcdctl_tls(
+            d,
+            client,
+            &["get", "/registry/events/x", "--print-value-only"],
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&get.stdout),
+            "v\n",
+            "{name}: {get:?}"
+        );
+        let members = etcdctl_tls(d, client, &["member", "list"]);
+        assert!(
+            String::from_utf8_lossy(&members.stdout).contains(", node1, "),
+            "{name}: {members:?}"
+        );
+        let health = http_get(metrics, "/health");
+        assert!(health.starts_with("HTTP/1.1 200"), "{name}: {health}");
+        if name == "etcd" {
+            continue;
+        }
+
+        let logs = p.logs();
+        let ignored = [
+            "experimental-initial-corrupt-check",
+            "initial-advertise-peer-urls",
+            "initial-cluster",
+            "listen-peer-urls",
+            "peer-cert-file",
+            "peer-client-cert-auth",
+            "peer-key-file",
+            "peer-trusted-ca-file",
+            "snapshot-count",
+        ];
+        for flag in ignored {
+            let line = format!("flag --{flag} is accepted for etcd compatibility and ignored: ");
+            assert_eq!(logs.matches(&line).count(), 1, "{line:?} in\n{logs}");
+        }
+        assert_eq!(
+            logs.matches("accepted for etcd compatibility and ignored")
+                .count(),
+            ignored.len(),
+            "implemented flags must not be reported as ignored:\n{logs}"
+        );
     }
-    assert_eq!(
-        logs.matches("accepted for etcd compatibility and ignored")
-            .count(),
-        ignored.len(),
-        "implemented flags must not be reported as ignored:\n{logs}"
-    );
 }
 
 /// Starts ephd with `args` and expects it to refuse them: exit code 2 and
