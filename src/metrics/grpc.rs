@@ -580,6 +580,118 @@ mod tests {
         assert_eq!(CODES[code_of(&h).unwrap()], "Unknown");
     }
 
+    fn value(r: &Registry, family: &str, method: &str, code: Option<&str>) -> u64 {
+        r.gather()
+            .iter()
+            .filter(|f| f.name() == family)
+            .flat_map(|f| f.get_metric().iter())
+            .filter(|m| {
+                let l = m.get_label();
+                l.iter()
+                    .any(|p| p.name() == "grpc_method" && p.value() == method)
+                    && code
+                        .is_none_or(|c| l.iter().any(|p| p.name() == "grpc_code" && p.value() == c))
+            })
+            .map(|m| {
+                if m.get_histogram().is_some() {
+                    m.get_histogram().get_sample_count()
+                } else {
+                    m.get_counter().value() as u64
+                }
+            })
+            .sum()
+    }
+
+    async fn drain(body: MetricsBody<tonic::body::Body>) {
+        use http_body_util::BodyExt;
+        let _ = body.collect().await;
+    }
+
+    /// Unary OK (message then trailers), a trailers-only error, and a call
+    /// abandoned before its answer: handled OK, with the error's code, and
+    /// Canceled; messages counted as frames pass.
+    #[tokio::test]
+    async fn calls_are_handled_with_the_code_they_end_with() {
+        use tower::{Layer, Service, ServiceExt};
+        let r = Registry::new();
+        let g = Arc::new(GrpcMetrics::new(&r).unwrap());
+        let inner = tower::service_fn(|req: http::Request<tonic::body::Body>| async move {
+            match req.uri().path() {
+                "/etcdserverpb.KV/Put" => {
+                    let frames = futures::stream::iter(vec![
+                        Ok::<_, tonic::Status>(http_body::Frame::data(Bytes::from_static(&[
+                            0, 0, 0, 0, 2, 1, 2,
+                        ]))),
+                        Ok(http_body::Frame::trailers({
+                            let mut t = http::HeaderMap::new();
+                            t.insert("grpc-status", "0".parse().unwrap());
+                            t
+                        })),
+                    ]);
+                    Ok::<_, std::convert::Infallible>(http::Response::new(tonic::body::Body::new(
+                        http_body_util::StreamBody::new(frames),
+                    )))
+                }
+                "/etcdserverpb.KV/Range" => {
+                    Ok(tonic::Status::resource_exhausted("full").into_http::<tonic::body::Body>())
+                }
+                _ => std::future::pending().await,
+            }
+        });
+        let mut svc = GrpcMetricsLayer(g.clone()).layer(inner);
+        let req = |path: &str| {
+            http::Request::builder()
+                .uri(path)
+                .body(tonic::body::Body::empty())
+                .unwrap()
+        };
+        let put = svc
+            .ready()
+            .await
+            .unwrap()
+            .call(req("/etcdserverpb.KV/Put"))
+            .await;
+        drain(put.unwrap().into_body()).await;
+        let range = svc
+            .ready()
+            .await
+            .unwrap()
+            .call(req("/etcdserverpb.KV/Range"))
+            .await;
+        drain(range.unwrap().into_body()).await;
+        let txn = svc.ready().await.unwrap().call(req("/etcdserverpb.KV/Txn"));
+        let timed_out = tokio::time::timeout(std::time::Duration::from_millis(10), txn).await;
+        assert!(timed_out.is_err());
+        // An unknown method is passed through and not counted.
+        let unknown = svc
+            .ready()
+            .await
+            .unwrap()
+            .call(req("/etcdserverpb.KV/Nope"));
+        drop(unknown);
+
+        assert_eq!(value(&r, "grpc_server_started_total", "Put", None), 1);
+        assert_eq!(value(&r, "grpc_server_handled_total", "Put", Some("OK")), 1);
+        assert_eq!(value(&r, "grpc_server_msg_sent_total", "Put", None), 1);
+        assert_eq!(g.sent_bytes.get(), 2);
+        assert_eq!(
+            value(
+                &r,
+                "grpc_server_handled_total",
+                "Range",
+                Some("ResourceExhausted")
+            ),
+            1
+        );
+        assert_eq!(value(&r, "grpc_server_msg_sent_total", "Range", None), 0);
+        assert_eq!(
+            value(&r, "grpc_server_handled_total", "Txn", Some("Canceled")),
+            1
+        );
+        assert_eq!(value(&r, "grpc_server_handling_seconds", "Txn", None), 1);
+        assert_eq!(value(&r, "grpc_server_started_total", "Nope", None), 0);
+    }
+
     #[test]
     fn every_method_has_every_code_from_zero() {
         let r = Registry::new();
