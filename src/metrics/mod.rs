@@ -51,6 +51,7 @@ pub struct Metrics {
     pub proposals_failed: IntCounter,
     proposals_committed: IntGauge,
     proposals_applied: IntGauge,
+    server_version: IntGaugeVec,
     db_total: IntGauge,
     db_in_use: IntGauge,
     keys: IntGauge,
@@ -129,12 +130,11 @@ impl Metrics {
             &["server_version"],
         )
         .expect("valid metric");
-        version
-            .with_label_values(&[crate::api::ETCD_VERSION])
-            .set(1);
-        r.register(Box::new(version)).expect("unique metric");
+        r.register(Box::new(version.clone()))
+            .expect("unique metric");
         let grpc = Arc::new(grpc::GrpcMetrics::new(&r).expect("valid gRPC metrics"));
         Metrics {
+            server_version: version,
             grpc,
             proposals_failed: counter(
                 &r,
@@ -232,6 +232,14 @@ impl Metrics {
             leases: gauge(&r, "ephd_leases", "Number of granted leases."),
             registry: r,
         }
+    }
+
+    /// Sets `etcd_server_version{server_version=...}` to 1 for `version`,
+    /// the etcd version the server reports (the api layer owns it; the
+    /// metrics do not depend on the api layer).
+    pub fn set_server_version(&self, version: &str) {
+        self.server_version.reset();
+        self.server_version.with_label_values(&[version]).set(1);
     }
 
     /// Renders every metric in Prometheus' text format.

@@ -142,6 +142,7 @@ impl Server {
         };
         let (stop, stop_rx) = watch::channel(false);
         let metrics = Metrics::new();
+        metrics.set_server_version(crate::api::ETCD_VERSION);
         metrics
             .quota_backend_bytes
             .set(memory.quota_bytes.unwrap_or(-1));

@@ -130,6 +130,26 @@ fn input_series(start: &Scrape, healthy: &Scrape, failing: &Scrape) -> String {
     out
 }
 
+/// Whether a unary request (Defragment aside, as in the alert) took over
+/// 100 ms between two scrapes.
+fn slow_requests(before: &Scrape, after: &Scrape) -> bool {
+    after.values.iter().any(|(series, &n)| {
+        if !series.starts_with("grpc_server_handling_seconds_bucket{")
+            || !series.contains("grpc_type=\"unary\"")
+            || series.contains("Defragment")
+            || !series.contains("le=\"+Inf\"")
+        {
+            return false;
+        }
+        let fast = series.replace("le=\"+Inf\"", "le=\"0.1\"");
+        let delta = |s: &str| {
+            after.values.get(s).copied().unwrap_or(0.0)
+                - before.values.get(s).copied().unwrap_or(0.0)
+        };
+        n > 0.0 && delta(series) > delta(&fast)
+    })
+}
+
 /// `name` is `expected` in `scrape`.
 fn assert_value(scrape: &Scrape, series: &str, expected: f64) {
     let got = scrape.values.get(series).copied();
@@ -357,7 +377,18 @@ async fn etcd_alert_rules_evaluate_on_ephds_metrics() {
         "etcdDatabaseHighFragmentationRatio",
     ];
     let end = format!("{}m", HEALTHY_MINUTES + FAILING_MINUTES - 1);
+    // etcdGRPCRequestsSlow rightly fires if a real request of this run took
+    // over 100 ms (a very loaded test machine); then it is not asserted for
+    // that phase, rather than the test failing on the machine's speed.
+    let slow = [
+        slow_requests(&start, &healthy),
+        slow_requests(&healthy, &failing),
+    ];
     for alert in every_alert {
+        if alert == "etcdGRPCRequestsSlow" && (slow[0] || slow[1]) {
+            eprintln!("a request took over 100 ms; not asserting {alert}");
+            continue;
+        }
         // Quiet while requests succeed...
         test.push_str(&format!(
             "      - eval_time: {}m\n        alertname: {alert}\n        exp_alerts: []\n",
