@@ -16,6 +16,7 @@ mod layout;
 mod lease;
 mod limits;
 mod maintenance;
+mod metrics;
 mod operations;
 mod overload;
 mod quota;
