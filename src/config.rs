@@ -91,6 +91,17 @@ pub struct Config {
     #[arg(long, env = "EPHD_REVISION_CONTINUITY", default_value_t = true, action = clap::ArgAction::Set, value_parser = parse_bool)]
     pub revision_continuity: bool,
 
+    /// Exact-etcd mode, for test suites and local development: a fresh
+    /// start at revision 1 with nothing pre-created (`--revision-continuity`
+    /// false), unknown lease IDs refused (`--lease-adopt-unknown-ttl` 0) and
+    /// no compaction safety net (`--compaction-safety-net` 0), so a test
+    /// that expects etcd's revisions, key counts or "requested lease not
+    /// found" sees them. Any of those flags given explicitly still wins.
+    /// Not for kube-apiserver: a restart starts revisions over, as a fresh
+    /// etcd does, which breaks its compactor and watch cache.
+    #[arg(long, env = "EPHD_ETCD_COMPAT", default_value_t = false, action = clap::ArgAction::Set, value_parser = parse_bool, num_args = 0..=1, default_missing_value = "true")]
+    pub etcd_compat: bool,
+
     /// Refuse to start when the newest snapshot in `--data-dir` (or the
     /// revision state file) cannot be read, leaving every file as it is.
     /// Without it, ephd moves the damaged file aside, restores the next
@@ -132,8 +143,7 @@ pub struct Config {
     /// with one attached it never fires). Logs a WARN each time. Go duration
     /// syntax; `0` turns it off (etcd keeps all history until a client
     /// compacts). Not used when `--auto-compaction-retention` is set, which
-    /// bounds history already. An exact-etcd mode (`--etcd-compat`, not
-    /// there yet) would default this to 0.
+    /// bounds history already. `--etcd-compat` defaults it to 0.
     #[arg(long, env = "EPHD_COMPACTION_SAFETY_NET", default_value = "1h", value_parser = parse_duration)]
     pub compaction_safety_net: Duration,
 
@@ -237,6 +247,41 @@ impl Config {
             "panic" | "fatal" | "dpanic" => "error".to_string(),
             other => other.to_string(),
         }
+    }
+
+    /// The configuration of exact-etcd mode (`--etcd-compat`) with every
+    /// other setting at its default: what embedded test servers use.
+    pub fn etcd_compat() -> Self {
+        let mut config = Config::parse_from(["ephd", "--etcd-compat"]);
+        config.apply_etcd_compat(|_| false);
+        config
+    }
+
+    /// Gives the settings `--etcd-compat` covers etcd's values, unless
+    /// `is_explicit` says the flag (by its clap id, e.g.
+    /// `"revision_continuity"`) was given explicitly. Returns the flags kept
+    /// as given, for the startup log. Does nothing without `--etcd-compat`.
+    pub fn apply_etcd_compat(&mut self, is_explicit: impl Fn(&str) -> bool) -> Vec<&'static str> {
+        let mut kept = Vec::new();
+        if !self.etcd_compat {
+            return kept;
+        }
+        if is_explicit("revision_continuity") {
+            kept.push("--revision-continuity");
+        } else {
+            self.revision_continuity = false;
+        }
+        if is_explicit("lease_adopt_unknown_ttl") {
+            kept.push("--lease-adopt-unknown-ttl");
+        } else {
+            self.lease_adopt_unknown_ttl = 0;
+        }
+        if is_explicit("compaction_safety_net") {
+            kept.push("--compaction-safety-net");
+        } else {
+            self.compaction_safety_net = Duration::ZERO;
+        }
+        kept
     }
 
     /// The URLs to advertise: `--advertise-client-urls`, or the listen URLs.
@@ -363,6 +408,31 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn etcd_compat_gives_etcds_behaviour_unless_a_flag_says_otherwise() {
+        let kube = Config::defaults();
+        assert!(kube.revision_continuity);
+        assert_eq!(kube.lease_adopt_unknown_ttl, 3660);
+        assert_eq!(kube.compaction_safety_net, Duration::from_secs(3600));
+
+        let exact = Config::etcd_compat();
+        assert!(exact.etcd_compat);
+        assert!(!exact.revision_continuity);
+        assert_eq!(exact.lease_adopt_unknown_ttl, 0);
+        assert!(exact.compaction_safety_net.is_zero());
+
+        let mut mixed =
+            Config::parse_from(["ephd", "--etcd-compat", "--lease-adopt-unknown-ttl", "60"]);
+        let kept = mixed.apply_etcd_compat(|id| id == "lease_adopt_unknown_ttl");
+        assert_eq!(kept, vec!["--lease-adopt-unknown-ttl"]);
+        assert_eq!(mixed.lease_adopt_unknown_ttl, 60);
+        assert!(!mixed.revision_continuity);
+
+        let mut off = Config::defaults();
+        assert!(off.apply_etcd_compat(|_| false).is_empty());
+        assert!(off.revision_continuity, "nothing changes without the flag");
+    }
 
     #[test]
     fn durations_follow_go_syntax() {

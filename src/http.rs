@@ -28,8 +28,24 @@ pub async fn serve(
                 async move { health(&alarms, query.as_deref().unwrap_or("")) }
             }),
         )
-        .route("/livez", get(|| async { "ok" }))
-        .route("/readyz", get(|| async { "ok" }))
+        .route(
+            "/livez",
+            get({
+                let shared = shared.clone();
+                move |RawQuery(query): RawQuery| async move {
+                    probe("livez", LIVEZ, &shared, query.as_deref().unwrap_or("")).await
+                }
+            }),
+        )
+        .route(
+            "/readyz",
+            get({
+                let shared = shared.clone();
+                move |RawQuery(query): RawQuery| async move {
+                    probe("readyz", READYZ, &shared, query.as_deref().unwrap_or("")).await
+                }
+            }),
+        )
         .route(
             "/version",
             get(|| async {
@@ -57,6 +73,140 @@ pub async fn serve(
     {
         tracing::error!(error = %e, "HTTP endpoint failed");
     }
+}
+
+/// The checks of `/livez`: only ephd's own process (its store answers a
+/// read), never anything outside it, so a liveness probe restarts ephd only
+/// when ephd itself is wedged.
+const LIVEZ: &[Check] = &[Check::SerializableRead];
+
+/// The checks of `/readyz`, as etcd 3.6 names them: no CORRUPT alarm, and
+/// the store answers reads (a single member's linearizable read is its
+/// serializable read; cluster mode will confirm the leader's index).
+const READYZ: &[Check] = &[
+    Check::DataCorruption,
+    Check::SerializableRead,
+    Check::LinearizableRead,
+];
+
+/// How long a read check may take before the store counts as wedged.
+const READ_CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// One named check of `/livez` or `/readyz`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Check {
+    /// A CORRUPT alarm is raised.
+    DataCorruption,
+    /// A local read of one key completes within [`READ_CHECK_TIMEOUT`].
+    SerializableRead,
+    /// A linearizable read completes within [`READ_CHECK_TIMEOUT`].
+    LinearizableRead,
+}
+
+impl Check {
+    fn name(self) -> &'static str {
+        match self {
+            Check::DataCorruption => "data_corruption",
+            Check::SerializableRead => "serializable_read",
+            Check::LinearizableRead => "linearizable_read",
+        }
+    }
+
+    /// `Ok` or why the check failed.
+    async fn run(self, shared: &Shared) -> Result<(), String> {
+        match self {
+            Check::DataCorruption => {
+                if shared
+                    .store
+                    .alarms()
+                    .iter()
+                    .any(|a| a.alarm == ALARM_CORRUPT)
+                {
+                    Err("the CORRUPT alarm is raised".to_string())
+                } else {
+                    Ok(())
+                }
+            }
+            Check::SerializableRead | Check::LinearizableRead => {
+                let store = shared.store.clone();
+                let read = tokio::task::spawn_blocking(move || {
+                    store.range(&crate::mvcc::RangeRequest {
+                        key: bytes::Bytes::from_static(b"health"),
+                        ..Default::default()
+                    })
+                });
+                match tokio::time::timeout(READ_CHECK_TIMEOUT, read).await {
+                    Ok(Ok(Ok(_))) => Ok(()),
+                    Ok(Ok(Err(e))) => Err(e.to_string()),
+                    Ok(Err(_)) => Err("the read panicked".to_string()),
+                    Err(_) => Err(format!("no answer within {READ_CHECK_TIMEOUT:?}")),
+                }
+            }
+        }
+    }
+}
+
+/// Whether every check of `/readyz` passes: what the gRPC health service
+/// reports as SERVING.
+pub async fn ready(shared: &Shared) -> bool {
+    for check in READYZ {
+        if check.run(shared).await.is_err() {
+            return false;
+        }
+    }
+    true
+}
+
+/// `/livez` and `/readyz` in the Kubernetes style etcd 3.6 uses: `ok` (200)
+/// when every check passes, else 503 naming the failed checks;
+/// `?verbose` lists every check, `?exclude=<name>` (repeatable) skips one.
+async fn probe(what: &str, checks: &[Check], shared: &Shared, query: &str) -> Response {
+    let params: Vec<&str> = query.split('&').collect();
+    let verbose = params
+        .iter()
+        .any(|p| *p == "verbose" || p.starts_with("verbose="));
+    let excluded: Vec<&str> = params
+        .iter()
+        .filter_map(|p| p.strip_prefix("exclude="))
+        .collect();
+    let mut lines = Vec::new();
+    let mut failed = false;
+    for check in checks {
+        let name = check.name();
+        if excluded.contains(&name) {
+            lines.push(format!("[+]{name} excluded: ok"));
+            continue;
+        }
+        match check.run(shared).await {
+            Ok(()) => lines.push(format!("[+]{name} ok")),
+            Err(reason) => {
+                failed = true;
+                lines.push(format!("[-]{name} failed: {reason}"));
+            }
+        }
+    }
+    let text = |s: String| ([("content-type", "text/plain; charset=utf-8")], s);
+    if failed {
+        let failed_only: Vec<&String> = lines.iter().filter(|l| l.starts_with("[-]")).collect();
+        let shown: Vec<&String> = if verbose {
+            lines.iter().collect()
+        } else {
+            failed_only
+        };
+        let body = format!(
+            "{}\n{what} check failed\n",
+            shown
+                .iter()
+                .map(|l| l.as_str())
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        return (StatusCode::SERVICE_UNAVAILABLE, text(body)).into_response();
+    }
+    if verbose {
+        return text(format!("{}\n{what} check passed\n", lines.join("\n"))).into_response();
+    }
+    text("ok".to_string()).into_response()
 }
 
 /// etcd's `/health` (3.5 and later): unhealthy (503) while an alarm is

@@ -14,7 +14,9 @@
 //! lease/      the lease table and its timers; knows nothing of revisions.
 //! persist/    the optional snapshot file.
 //! error.rs    the one table of etcd errors (code + exact message).
-//! config.rs   command-line flags with etcd's names, `EPHD_*` env vars.
+//! config.rs   command-line flags with etcd's names, `EPHD_*` and `ETCD_*`
+//!             env vars, etcd's YAML file, `--etcd-compat`.
+//! embed.rs    an in-process ephd for test suites (etcd's `embed`).
 //! proto.rs    etcd's wire format, generated from `proto/`.
 //! ```
 //! Dependencies run one way: `server` → `api` → `watch` → `mvcc` → `lease`
@@ -27,6 +29,7 @@
 
 pub mod api;
 pub mod config;
+pub mod embed;
 pub mod error;
 pub mod http;
 pub mod lease;

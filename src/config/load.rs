@@ -94,6 +94,7 @@ const BOOL_FLAGS: &[&str] = &[
     "strict-restore",
     "revision-continuity",
     "debug",
+    "etcd-compat",
 ];
 
 /// Loads the configuration from `args` (the first is the program name) and
@@ -125,6 +126,17 @@ where
     };
     let mut config = Config::from_arg_matches(&matches).map_err(LoadError::Clap)?;
     config.config_file = file;
+    let kept = config.apply_etcd_compat(|id| {
+        matches!(
+            matches.value_source(id),
+            Some(ValueSource::CommandLine | ValueSource::EnvVariable)
+        )
+    });
+    for flag in kept {
+        notices.push(Notice::Info(format!(
+            "--etcd-compat: {flag} keeps the value given for it"
+        )));
+    }
     let warnings = etcd::judge(&matches, &config.name).map_err(LoadError::Invalid)?;
     notices.extend(warnings.into_iter().map(Notice::Warn));
     Ok(Loaded { config, notices })

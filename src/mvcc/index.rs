@@ -222,12 +222,19 @@ mod tests {
             index.remove(&key(i));
         }
         assert_eq!(index.len(), 0);
-        // The skip list frees removed nodes through epoch-based reclamation;
-        // pinning and flushing a few times runs what was deferred.
-        for _ in 0..8 {
+        // The skip list frees removed nodes through epoch-based reclamation,
+        // which waits until no thread (other tests' included) is pinned in
+        // an older epoch: pin and flush until everything deferred ran. A
+        // leaked reference never goes, and fails the test at the deadline.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        let alive = loop {
             crossbeam_epoch::pin().flush();
-        }
-        let alive = weak.iter().filter(|w| w.strong_count() > 0).count();
+            let alive = weak.iter().filter(|w| w.strong_count() > 0).count();
+            if alive == 0 || std::time::Instant::now() > deadline {
+                break alive;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        };
         assert_eq!(alive, 0, "entries still referenced after removal");
     }
 

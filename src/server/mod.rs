@@ -96,6 +96,75 @@ fn tls_config(config: &Config) -> Result<tonic::transport::ServerTlsConfig, Stri
     Ok(tls)
 }
 
+/// The client URLs to advertise when none are configured: the listen URLs
+/// as written, except that one with port 0 (a free port, as embedded and
+/// test servers ask for) names the port actually bound, since clients
+/// learn the endpoints from MemberList.
+fn advertised(listen: &[String], bound: &[Bound]) -> Vec<String> {
+    let listen = listen.iter().filter(|u| !u.trim().is_empty());
+    listen
+        .zip(bound)
+        .map(|(url, b)| match listen_addr(url) {
+            Ok((addr, tls)) if addr.port() == 0 => {
+                format!("{}://{}", if tls { "https" } else { "http" }, b.addr)
+            }
+            _ => url.clone(),
+        })
+        .collect()
+}
+
+/// How often the gRPC health service re-runs the readiness checks.
+const READINESS_EVERY: Duration = Duration::from_secs(1);
+
+/// Keeps the gRPC health status of the server (`""`) equal to `/readyz`'s
+/// verdict, checked every [`READINESS_EVERY`], and NOT_SERVING from the
+/// moment shutdown begins.
+async fn mirror_readiness(health: tonic_health::server::HealthReporter, shared: Shared) {
+    use tonic_health::ServingStatus::{NotServing, Serving};
+    let mut stop = shared.stop.clone();
+    let mut serving = true;
+    loop {
+        tokio::select! {
+            _ = crate::api::stopped(&mut stop) => break,
+            _ = tokio::time::sleep(READINESS_EVERY) => {}
+        }
+        let ready = crate::http::ready(&shared).await;
+        if ready != serving {
+            serving = ready;
+            tracing::warn!(serving, "gRPC health status follows /readyz");
+            health
+                .set_service_status("", if ready { Serving } else { NotServing })
+                .await;
+        }
+    }
+    health.set_service_status("", NotServing).await;
+}
+
+/// Logs which mode the server runs in: the Kubernetes-safe default, or
+/// exact-etcd mode with its warning about restarts.
+fn log_mode(config: &Config) {
+    if config.etcd_compat {
+        tracing::info!(
+            revision_continuity = config.revision_continuity,
+            lease_adopt_unknown_ttl = config.lease_adopt_unknown_ttl,
+            compaction_safety_net = ?config.compaction_safety_net,
+            "mode: exact etcd (--etcd-compat)"
+        );
+        tracing::warn!(
+            "exact-etcd mode: like a fresh etcd, a restart starts revisions over (at 1, or at the \
+             last snapshot's revision with --data-dir) and loses what was not saved; never point \
+             kube-apiserver at this server"
+        );
+    } else {
+        tracing::info!(
+            revision_continuity = config.revision_continuity,
+            lease_adopt_unknown_ttl = config.lease_adopt_unknown_ttl,
+            compaction_safety_net = ?config.compaction_safety_net,
+            "mode: Kubernetes-safe (the default; --etcd-compat gives etcd's exact behaviour)"
+        );
+    }
+}
+
 /// How many large Ranges are built at once: all cores but one, so the async
 /// workers that serve heartbeats and writes always have a core to run on.
 fn list_builders() -> usize {
@@ -108,7 +177,7 @@ fn list_builders() -> usize {
 impl Server {
     /// Restores state, builds the store and binds every listen URL. Fails
     /// (without panicking) on bad URLs, ports in use or unreadable snapshots.
-    pub async fn bind(config: Config) -> Result<Server, String> {
+    pub async fn bind(mut config: Config) -> Result<Server, String> {
         let memory = MemoryPlan::new(&config, memory::memory_limit());
         tracing::info!(
             limit_bytes = memory.limit.bytes,
@@ -117,6 +186,11 @@ impl Server {
             response_bytes_in_flight = memory.response_bytes,
             "memory bounds"
         );
+        log_mode(&config);
+        let listeners = bind_all(&config.listen_client_urls).await?;
+        if config.advertise_client_urls.is_empty() {
+            config.advertise_client_urls = advertised(&config.listen_client_urls, &listeners);
+        }
         let boot = build_store(&config, crate::persist::wall_clock_ms(), memory.quota_bytes)?;
         let store = Arc::new(boot.store);
         let mut info = ServerInfo::new(&config.name, config.advertised_urls());
@@ -127,7 +201,6 @@ impl Server {
             config.watch_progress_notify_interval
         };
         config.auto_compaction()?;
-        let listeners = bind_all(&config.listen_client_urls).await?;
         let http_listeners = bind_all(&config.listen_metrics_urls).await?;
         if http_listeners.iter().any(|b| b.tls) {
             return Err(
@@ -228,18 +301,11 @@ impl Server {
             ));
         }
         let decode_limit = self.config.max_request_bytes + GRPC_OVERHEAD_BYTES;
-        // grpc.health.v1.Health, as etcd serves it: the server as a whole
-        // ("") is SERVING until shutdown begins.
+        // grpc.health.v1.Health: the server as a whole ("") is SERVING
+        // while /readyz passes and until shutdown begins, so gRPC probes
+        // and load balancers agree with the HTTP ones.
         let (health, health_service) = tonic_health::server::health_reporter();
-        {
-            let mut stop = stop_rx.clone();
-            tokio::spawn(async move {
-                crate::api::stopped(&mut stop).await;
-                health
-                    .set_service_status("", tonic_health::ServingStatus::NotServing)
-                    .await;
-            });
-        }
+        tokio::spawn(mirror_readiness(health, self.shared.clone()));
         let mut servers = Vec::new();
         for Bound {
             addr,

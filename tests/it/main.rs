@@ -8,6 +8,7 @@ mod cli;
 mod concurrency;
 mod config;
 mod differential;
+mod embed;
 mod etcdctl;
 mod harness;
 mod kubernetes;

@@ -202,3 +202,88 @@ async fn health_reports_raised_alarms() {
     assert!(status.contains("200"), "{status}");
     assert_eq!(body.trim(), r#"{"health":"true","reason":""}"#);
 }
+
+/// `/livez` checks only ephd's own process, `/readyz` also refuses while
+/// the CORRUPT alarm is raised (as etcd 3.6 names its checks), and the gRPC
+/// health service agrees with `/readyz`: NOT_SERVING while it fails,
+/// SERVING again once the alarm is cleared.
+#[tokio::test]
+async fn readiness_follows_the_corrupt_alarm_and_grpc_health_agrees() {
+    use etcd_client::{AlarmAction, AlarmOptions, AlarmType};
+    use tonic_health::pb::{
+        health_check_response::ServingStatus, health_client::HealthClient, HealthCheckRequest,
+    };
+    let metrics_port = free_port();
+    let url = format!("http://127.0.0.1:{metrics_port}");
+    let ephd = Ephd::start(&["--listen-metrics-urls", &url]);
+    let endpoint = ephd.endpoint();
+    let grpc_status = || async {
+        let channel = crate::harness::connect_channel(&endpoint).await;
+        HealthClient::new(channel)
+            .check(HealthCheckRequest {
+                service: String::new(),
+            })
+            .await
+            .expect("health check")
+            .into_inner()
+            .status
+    };
+    let wait_for = |want: ServingStatus| async move {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let got = grpc_status().await;
+            if got == want as i32 {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "gRPC health stayed {got}, want {want:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+
+    let (status, body) = http_get(metrics_port, "/readyz?verbose");
+    assert!(status.contains("200"), "{status}");
+    for check in ["data_corruption", "serializable_read", "linearizable_read"] {
+        assert!(body.contains(&format!("[+]{check} ok")), "{body}");
+    }
+    let (_, body) = http_get(metrics_port, "/livez");
+    assert_eq!(body.trim(), "ok");
+    wait_for(ServingStatus::Serving).await;
+
+    let mut client = ephd.client().await;
+    let member = client.status().await.unwrap().header().unwrap().member_id();
+    let opts = || {
+        let mut o = AlarmOptions::new();
+        o.with_member(member);
+        Some(o)
+    };
+    client
+        .alarm(AlarmAction::Activate, AlarmType::Corrupt, opts())
+        .await
+        .unwrap();
+    let (status, body) = http_get(metrics_port, "/readyz");
+    assert!(status.contains("503"), "{status}");
+    assert!(
+        body.contains("[-]data_corruption failed: the CORRUPT alarm is raised"),
+        "{body}"
+    );
+    assert!(body.contains("readyz check failed"), "{body}");
+    let (status, _) = http_get(metrics_port, "/readyz?exclude=data_corruption");
+    assert!(status.contains("200"), "{status}");
+    let (status, body) = http_get(metrics_port, "/livez");
+    assert!(
+        status.contains("200"),
+        "liveness ignores alarms: {status} {body}"
+    );
+    wait_for(ServingStatus::NotServing).await;
+
+    client
+        .alarm(AlarmAction::Deactivate, AlarmType::Corrupt, opts())
+        .await
+        .unwrap();
+    let (status, _) = http_get(metrics_port, "/readyz");
+    assert!(status.contains("200"), "{status}");
+    wait_for(ServingStatus::Serving).await;
+}
