@@ -163,8 +163,14 @@ impl Files {
         // Fails when the key does not belong to the certificate, which is
         // what a pair caught between its two writes looks like.
         let mut config = builder.with_single_cert(chain, key).map_err(|e| {
+            let why = match e {
+                rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch) => {
+                    "the key does not belong to the certificate".to_string()
+                }
+                e => e.to_string(),
+            };
             format!(
-                "--cert-file {} with --key-file {}: {e}",
+                "--cert-file {} with --key-file {}: {why}",
                 self.cert.display(),
                 self.key.display()
             )

@@ -184,7 +184,10 @@ fn startup_errors_stay_fatal() {
     config.cert_file = Some(dir.path().join("tls.crt"));
     config.key_file = Some(dir.path().join("tls.key"));
     let err = Reloader::new(&config).err().expect("a mismatched pair");
-    assert!(err.contains("--key-file"), "{err}");
+    assert!(
+        err.contains("--key-file") && err.contains("the key does not belong to the certificate"),
+        "{err}"
+    );
     config.client_cert_auth = true;
     let err = Reloader::new(&config).err().expect("no CA");
     assert!(err.contains("--trusted-ca-file"), "{err}");
