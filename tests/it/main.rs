@@ -27,4 +27,5 @@ mod smoke;
 mod sorting;
 mod support;
 mod tls;
+mod tls_rotation;
 mod watch;
