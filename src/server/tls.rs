@@ -381,10 +381,22 @@ pub(super) fn incoming<S>(
 where
     S: Stream<Item = io::Result<TcpStream>> + Send + 'static,
 {
+    handshaken(tcp, live, HANDSHAKE_TIMEOUT)
+}
+
+/// [`incoming`] with the handshake timeout given (tests shorten it).
+fn handshaken<S>(
+    tcp: S,
+    live: Live,
+    timeout: Duration,
+) -> impl Stream<Item = io::Result<TlsStream<TcpStream>>> + Send
+where
+    S: Stream<Item = io::Result<TcpStream>> + Send + 'static,
+{
     let tcp = Box::pin(tcp);
     futures::stream::unfold(
         (tcp, JoinSet::<Option<TlsStream<TcpStream>>>::new(), live),
-        |(mut tcp, mut handshakes, live)| async move {
+        move |(mut tcp, mut handshakes, live)| async move {
             loop {
                 tokio::select! {
                     accepted = tcp.next() => match accepted {
@@ -392,7 +404,7 @@ where
                             let acceptor = TlsAcceptor::from(live.current());
                             handshakes.spawn(async move {
                                 let peer = stream.peer_addr().ok();
-                                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                                match tokio::time::timeout(timeout, acceptor.accept(stream)).await {
                                     Ok(Ok(tls)) => Some(tls),
                                     Ok(Err(e)) => {
                                         tracing::debug!(?peer, error = %e, "TLS handshake failed");

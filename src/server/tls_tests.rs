@@ -204,3 +204,60 @@ fn the_summary_names_the_certificate() {
     assert_eq!(s.serial, "4A2961370B09AC31279AEC5341231BB94EBB88");
     assert_eq!(s.not_after, "2126-11-07T02:13:16Z");
 }
+
+#[tokio::test]
+async fn a_silent_peer_holds_up_no_one_and_is_dropped_after_the_timeout() {
+    use tokio::io::AsyncReadExt;
+    let f = Fixture::new(false);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let timeout = Duration::from_secs(2);
+    let mut accepted = Box::pin(handshaken(
+        crate::server::accept::incoming(listener),
+        f.reloader.live(),
+        timeout,
+    ));
+    // Connects and never says a word.
+    let started = Instant::now();
+    let mut silent = TcpStream::connect(addr).await.unwrap();
+    // A client behind it completes its handshake and is handed on.
+    let mut roots = RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(CA.as_bytes()).unwrap())
+        .unwrap();
+    let client = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let (handshake, served) = tokio::join!(
+        TlsConnector::from(Arc::new(client))
+            .connect(ServerName::try_from("localhost").unwrap(), tcp),
+        accepted.next(),
+    );
+    handshake.expect("client handshake");
+    served
+        .expect("the stream goes on")
+        .expect("the second client is served while the first stays silent");
+    assert!(
+        started.elapsed() < timeout,
+        "the second handshake did not wait for the first"
+    );
+    // The silent one is closed once the handshake timeout passes.
+    let mut buf = [0u8; 1];
+    let read = tokio::select! {
+        r = silent.read(&mut buf) => r,
+        _ = accepted.next() => panic!("the silent peer was handed on"),
+    };
+    assert!(
+        matches!(read, Ok(0) | Err(_)),
+        "closed, not answered: {read:?}"
+    );
+    assert!(
+        started.elapsed() >= timeout,
+        "closed by the timeout, not at once"
+    );
+}
