@@ -195,6 +195,15 @@ pub struct Config {
     #[arg(long, env = "EPHD_CLIENT_CERT_AUTH", default_value_t = false, action = clap::ArgAction::Set, value_parser = parse_bool, num_args = 0..=1, default_missing_value = "true")]
     pub client_cert_auth: bool,
 
+    /// How often the files of `--cert-file`, `--key-file` and
+    /// `--trusted-ca-file` are read to see whether they changed; changed
+    /// files that load (a certificate and its matching key) are used for new
+    /// connections, established ones keep going. Certificates rotate without
+    /// a restart, as cert-manager and Kubernetes secret volumes expect. SIGHUP
+    /// reloads at once; 0 reloads only on SIGHUP.
+    #[arg(long, env = "EPHD_TLS_RELOAD_INTERVAL", default_value = "5s", value_parser = parse_duration)]
+    pub tls_reload_interval: Duration,
+
     /// Log filter (tracing syntax: error, warn, info, debug, or per-module
     /// directives); etcd's `panic` and `fatal` mean `error`.
     #[arg(long, env = "EPHD_LOG_LEVEL", default_value = "info")]

@@ -18,8 +18,9 @@
 #   --cn NAME        subject CN (default ephd)
 #
 # Writes DIR/server.crt (0644) and DIR/server.key (0600). Renewal: run it
-# again before expiry and restart ephd (kubeadm certs renew does not know
-# about this certificate). Check: openssl x509 -noout -enddate -in DIR/server.crt
+# again before expiry (kubeadm certs renew does not know about this
+# certificate); ephd reloads the files by itself within seconds.
+# Check: openssl x509 -noout -enddate -in DIR/server.crt
 set -euo pipefail
 
 ca_cert=/etc/kubernetes/pki/etcd/ca.crt

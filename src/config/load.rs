@@ -85,6 +85,7 @@ const DURATION_FLAGS: &[&str] = &[
     "overload-queue-timeout",
     "grpc-keepalive-interval",
     "grpc-keepalive-timeout",
+    "tls-reload-interval",
 ];
 
 /// Flags ephd implements whose values are booleans: a configuration file

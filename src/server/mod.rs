@@ -7,6 +7,8 @@ mod bootstrap;
 pub mod memory;
 pub mod revisions;
 mod tasks;
+mod tls;
+mod x509;
 
 use bootstrap::build_store;
 use memory::MemoryPlan;
@@ -27,7 +29,6 @@ use crate::proto::etcdserverpb::{
 };
 use std::future::Future;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -44,7 +45,8 @@ pub struct Server {
     stop: watch::Sender<bool>,
     listeners: Vec<Bound>,
     http_listeners: Vec<Bound>,
-    tls: Option<tonic::transport::ServerTlsConfig>,
+    /// The https:// listeners' certificates, reloaded while serving.
+    tls: Option<tls::Reloader>,
     config: Config,
     guard: RevisionGuard,
 }
@@ -71,29 +73,6 @@ async fn bind_all(urls: &[String]) -> Result<Vec<Bound>, String> {
         });
     }
     Ok(out)
-}
-
-/// The TLS settings for https:// listeners, from etcd-named flags.
-fn tls_config(config: &Config) -> Result<tonic::transport::ServerTlsConfig, String> {
-    use tonic::transport::{Certificate, Identity, ServerTlsConfig};
-    let read = |p: &Option<PathBuf>, flag: &str| -> Result<Vec<u8>, String> {
-        let p = p
-            .as_ref()
-            .ok_or_else(|| format!("https:// listen URLs need {flag}"))?;
-        std::fs::read(p).map_err(|e| format!("cannot read {flag} {}: {e}", p.display()))
-    };
-    let cert = read(&config.cert_file, "--cert-file")?;
-    let key = read(&config.key_file, "--key-file")?;
-    let mut tls = ServerTlsConfig::new().identity(Identity::from_pem(cert, key));
-    if config.trusted_ca_file.is_some() {
-        let ca = read(&config.trusted_ca_file, "--trusted-ca-file")?;
-        tls = tls
-            .client_ca_root(Certificate::from_pem(ca))
-            .client_auth_optional(!config.client_cert_auth);
-    } else if config.client_cert_auth {
-        return Err("--client-cert-auth needs --trusted-ca-file".to_string());
-    }
-    Ok(tls)
 }
 
 /// The client URLs to advertise when none are configured: the listen URLs
@@ -187,6 +166,21 @@ impl Server {
             "memory bounds"
         );
         log_mode(&config);
+        // TLS is set up before anything listens, so that SIGHUP reloads
+        // certificates (instead of ending the process) from the moment a
+        // client can connect.
+        let wants_tls = config
+            .listen_client_urls
+            .iter()
+            .filter(|u| !u.trim().is_empty())
+            .any(|u| listen_addr(u).is_ok_and(|(_, tls)| tls));
+        let tls = if wants_tls {
+            let mut reloader = tls::Reloader::new(&config)?;
+            reloader.listen_for_hangup();
+            Some(reloader)
+        } else {
+            None
+        };
         let listeners = bind_all(&config.listen_client_urls).await?;
         if config.advertise_client_urls.is_empty() {
             config.advertise_client_urls = advertised(&config.listen_client_urls, &listeners);
@@ -208,11 +202,6 @@ impl Server {
                     .to_string(),
             );
         }
-        let tls = if listeners.iter().any(|b| b.tls) {
-            Some(tls_config(&config)?)
-        } else {
-            None
-        };
         let (stop, stop_rx) = watch::channel(false);
         let metrics = Metrics::new();
         metrics.set_server_version(crate::api::ETCD_VERSION);
@@ -300,6 +289,11 @@ impl Server {
                 },
             ));
         }
+        let live_tls = self.tls.map(|reloader| {
+            let live = reloader.live();
+            tokio::spawn(reloader.run(self.config.tls_reload_interval, stop_rx.clone()));
+            live
+        });
         let decode_limit = self.config.max_request_bytes + GRPC_OVERHEAD_BYTES;
         // grpc.health.v1.Health: the server as a whole ("") is SERVING
         // while /readyz passes and until shutdown begins, so gRPC probes
@@ -316,18 +310,8 @@ impl Server {
             tracing::info!(%addr, tls, "serving etcd v3 gRPC");
             let shared = self.shared.clone();
             let mut stop = stop_rx.clone();
-            let mut builder = tonic::transport::Server::builder();
-            if tls {
-                let cfg = self
-                    .tls
-                    .clone()
-                    .expect("TLS config exists for https listeners");
-                builder = builder
-                    .tls_config(cfg)
-                    .map_err(|e| format!("invalid TLS settings: {e}"))?;
-            }
             // Metrics outermost: they see the status the other layers leave.
-            let router = builder
+            let router = tonic::transport::Server::builder()
                 .layer(GrpcMetricsLayer(shared.metrics.grpc.clone()))
                 .layer(GrpcGoLimits)
                 .layer(SendPreEncoded)
@@ -357,13 +341,21 @@ impl Server {
                 .add_service(AuthServer::new(AuthService(shared)))
                 .add_service(health_service.clone());
             let incoming = accept::incoming(listener);
-            servers.push(tokio::spawn(async move {
-                router
-                    .serve_with_incoming_shutdown(incoming, async move {
-                        crate::api::stopped(&mut stop).await;
-                    })
-                    .await
-            }));
+            let shutdown = async move {
+                crate::api::stopped(&mut stop).await;
+            };
+            // TLS is terminated here (tls.rs), so certificates can rotate;
+            // plaintext connections go to tonic as they are accepted.
+            servers.push(if tls {
+                let live = live_tls
+                    .clone()
+                    .ok_or_else(|| format!("{addr} is https:// but TLS is not set up"))?;
+                tokio::spawn(
+                    router.serve_with_incoming_shutdown(tls::incoming(incoming, live), shutdown),
+                )
+            } else {
+                tokio::spawn(router.serve_with_incoming_shutdown(incoming, shutdown))
+            });
         }
         let mut result = Ok(());
         let mut stop = stop_rx.clone();

@@ -28,4 +28,5 @@ mod smoke;
 mod sorting;
 mod support;
 mod tls;
+mod tls_rotation;
 mod watch;

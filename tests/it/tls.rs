@@ -21,14 +21,8 @@ fn openssl(dir: &Path, args: &[&str]) {
     );
 }
 
-/// A CA, a server certificate for 127.0.0.1 and a client certificate.
-pub(crate) fn make_certs(dir: &Path) {
-    std::fs::write(
-        dir.join("san.ext"),
-        "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
-    )
-    .unwrap();
-    std::fs::write(dir.join("client.ext"), "extendedKeyUsage=clientAuth\n").unwrap();
+/// A self-signed CA: `{name}.crt` and `{name}.key` in `dir`.
+pub(crate) fn make_ca(dir: &Path, name: &str, cn: &str) {
     openssl(
         dir,
         &[
@@ -38,52 +32,69 @@ pub(crate) fn make_certs(dir: &Path) {
             "rsa:2048",
             "-nodes",
             "-keyout",
-            "ca.key",
+            &format!("{name}.key"),
             "-out",
-            "ca.crt",
+            &format!("{name}.crt"),
             "-days",
             "2",
             "-subj",
-            "/CN=ephd-test-ca",
+            &format!("/CN={cn}"),
         ],
     );
-    for (name, ext) in [("server", "san.ext"), ("client", "client.ext")] {
-        openssl(
-            dir,
-            &[
-                "req",
-                "-newkey",
-                "rsa:2048",
-                "-nodes",
-                "-keyout",
-                &format!("{name}.key"),
-                "-out",
-                &format!("{name}.csr"),
-                "-subj",
-                &format!("/CN={name}"),
-            ],
-        );
-        openssl(
-            dir,
-            &[
-                "x509",
-                "-req",
-                "-in",
-                &format!("{name}.csr"),
-                "-CA",
-                "ca.crt",
-                "-CAkey",
-                "ca.key",
-                "-CAcreateserial",
-                "-out",
-                &format!("{name}.crt"),
-                "-days",
-                "2",
-                "-extfile",
-                ext,
-            ],
-        );
-    }
+}
+
+/// `{name}.crt` and `{name}.key`, signed by the CA `{ca}.crt`/`{ca}.key`,
+/// with the extensions in the file `ext` (`san.ext` for servers,
+/// `client.ext` for clients, both written by [`make_certs`]).
+pub(crate) fn issue(dir: &Path, ca: &str, name: &str, ext: &str, cn: &str) {
+    openssl(
+        dir,
+        &[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            &format!("{name}.key"),
+            "-out",
+            &format!("{name}.csr"),
+            "-subj",
+            &format!("/CN={cn}"),
+        ],
+    );
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            &format!("{name}.csr"),
+            "-CA",
+            &format!("{ca}.crt"),
+            "-CAkey",
+            &format!("{ca}.key"),
+            "-CAcreateserial",
+            "-out",
+            &format!("{name}.crt"),
+            "-days",
+            "2",
+            "-extfile",
+            ext,
+        ],
+    );
+}
+
+/// A CA, a server certificate for 127.0.0.1 and a client certificate.
+pub(crate) fn make_certs(dir: &Path) {
+    std::fs::write(
+        dir.join("san.ext"),
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("client.ext"), "extendedKeyUsage=clientAuth\n").unwrap();
+    make_ca(dir, "ca", "ephd-test-ca");
+    issue(dir, "ca", "server", "san.ext", "server");
+    issue(dir, "ca", "client", "client.ext", "client");
 }
 
 struct Killed(Child);

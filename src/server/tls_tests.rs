@@ -1,0 +1,263 @@
+//! The reloader against real files and real rustls handshakes (over an
+//! in-memory pipe). The certificates in `testdata/` are P-256 test
+//! certificates valid for 100 years, made once with `openssl req`/`openssl
+//! x509`: a CA (`CN=ephd-unit-test-ca`, whose key was thrown away) and two
+//! server certificates it signed, `server-a` and `server-b`.
+
+use super::*;
+use tokio_rustls::rustls::pki_types::ServerName;
+use tokio_rustls::TlsConnector;
+
+const CA: &str = include_str!("testdata/ca.crt");
+const CERT_A: &str = include_str!("testdata/server-a.crt");
+const KEY_A: &str = include_str!("testdata/server-a.key");
+const CERT_B: &str = include_str!("testdata/server-b.crt");
+const KEY_B: &str = include_str!("testdata/server-b.key");
+
+/// Files in a temporary directory and a reloader over them. Clients in
+/// these tests present no certificate, so the fixtures that serve them
+/// accept clients without one (the CA bundle is still loaded).
+struct Fixture {
+    dir: tempfile::TempDir,
+    reloader: Reloader,
+}
+
+impl Fixture {
+    fn new(client_cert_auth: bool) -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("tls.crt"), CERT_A).unwrap();
+        std::fs::write(dir.path().join("tls.key"), KEY_A).unwrap();
+        std::fs::write(dir.path().join("ca.crt"), CA).unwrap();
+        let mut config = Config::defaults();
+        config.cert_file = Some(dir.path().join("tls.crt"));
+        config.key_file = Some(dir.path().join("tls.key"));
+        config.trusted_ca_file = Some(dir.path().join("ca.crt"));
+        config.client_cert_auth = client_cert_auth;
+        let reloader = Reloader::new(&config).expect("the initial files load");
+        Fixture { dir, reloader }
+    }
+
+    fn write(&self, name: &str, content: &str) {
+        std::fs::write(self.dir.path().join(name), content).unwrap();
+    }
+
+    /// The certificate a client sees when it connects now.
+    async fn served(&self) -> Vec<u8> {
+        served(&self.reloader.live()).await
+    }
+}
+
+/// The certificate a client sees when it connects with `live` now.
+async fn served(live: &Live) -> Vec<u8> {
+    let mut roots = RootCertStore::empty();
+    for ca in CertificateDer::pem_slice_iter(CA.as_bytes()) {
+        roots.add(ca.unwrap()).unwrap();
+    }
+    let mut client = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    client.alpn_protocols = vec![ALPN_H2.to_vec()];
+    let (client_io, server_io) = tokio::io::duplex(64 * 1024);
+    let acceptor = TlsAcceptor::from(live.current());
+    let server = tokio::spawn(async move { acceptor.accept(server_io).await.map(|_| ()) });
+    let tls = TlsConnector::from(Arc::new(client))
+        .connect(ServerName::try_from("localhost").unwrap(), client_io)
+        .await
+        .expect("handshake");
+    server.await.unwrap().expect("server side of the handshake");
+    let (_, session) = tls.get_ref();
+    assert_eq!(session.alpn_protocol(), Some(ALPN_H2), "ALPN h2 is kept");
+    session.peer_certificates().unwrap()[0].to_vec()
+}
+
+fn der(pem: &str) -> Vec<u8> {
+    CertificateDer::from_pem_slice(pem.as_bytes())
+        .unwrap()
+        .to_vec()
+}
+
+#[tokio::test]
+async fn unchanged_files_are_not_reloaded() {
+    let mut f = Fixture::new(false);
+    let before = f.reloader.live().current();
+    assert!(!f.reloader.reload(Trigger::Poll));
+    assert!(Arc::ptr_eq(&before, &f.reloader.live().current()));
+    assert_eq!(f.served().await, der(CERT_A));
+}
+
+#[tokio::test]
+async fn a_new_pair_is_served_to_new_connections() {
+    let mut f = Fixture::new(false);
+    f.write("tls.crt", CERT_B);
+    f.write("tls.key", KEY_B);
+    assert!(f.reloader.reload(Trigger::Poll));
+    assert_eq!(f.served().await, der(CERT_B));
+    // Nothing changed since: the next poll leaves it alone.
+    assert!(!f.reloader.reload(Trigger::Poll));
+}
+
+#[tokio::test]
+async fn a_half_written_pair_keeps_the_old_certificate() {
+    let mut f = Fixture::new(false);
+    let before = f.reloader.live().current();
+    // The certificate is new, the key still the old one.
+    f.write("tls.crt", CERT_B);
+    assert!(!f.reloader.reload(Trigger::Poll));
+    assert!(f.reloader.failure.is_some(), "the failure is remembered");
+    assert!(Arc::ptr_eq(&before, &f.reloader.live().current()));
+    assert_eq!(f.served().await, der(CERT_A));
+    // The certificate cut off half way.
+    f.write("tls.crt", &CERT_B[..CERT_B.len() / 2]);
+    f.write("tls.key", KEY_B);
+    assert!(!f.reloader.reload(Trigger::Poll));
+    assert_eq!(f.served().await, der(CERT_A));
+    // A missing file (a rename in progress) is not fatal either.
+    std::fs::remove_file(f.dir.path().join("tls.crt")).unwrap();
+    assert!(!f.reloader.reload(Trigger::Poll));
+    assert_eq!(f.served().await, der(CERT_A));
+    // Once the pair is whole, it goes live.
+    f.write("tls.crt", CERT_B);
+    assert!(f.reloader.reload(Trigger::Poll));
+    assert!(f.reloader.failure.is_none());
+    assert_eq!(f.served().await, der(CERT_B));
+}
+
+#[tokio::test]
+async fn a_broken_ca_bundle_keeps_the_old_configuration() {
+    let mut f = Fixture::new(true);
+    let before = f.reloader.live().current();
+    f.write("ca.crt", "-----BEGIN CERTIFICATE-----\nnot base64!\n");
+    assert!(!f.reloader.reload(Trigger::Poll));
+    f.write("ca.crt", "");
+    assert!(!f.reloader.reload(Trigger::Poll));
+    assert!(Arc::ptr_eq(&before, &f.reloader.live().current()));
+    // Undoing the change is not a reload, and clears the failure.
+    f.write("ca.crt", CA);
+    assert!(!f.reloader.reload(Trigger::Poll));
+    assert!(f.reloader.failure.is_none());
+    assert!(Arc::ptr_eq(&before, &f.reloader.live().current()));
+}
+
+#[tokio::test]
+async fn sighup_reloads_even_unchanged_files() {
+    let mut f = Fixture::new(false);
+    let before = f.reloader.live().current();
+    assert!(f.reloader.reload(Trigger::Hangup));
+    assert!(!Arc::ptr_eq(&before, &f.reloader.live().current()));
+    assert_eq!(f.served().await, der(CERT_A));
+}
+
+#[tokio::test]
+async fn the_reloader_polls_the_files() {
+    let f = Fixture::new(false);
+    let live = f.reloader.live();
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let dir = f.dir;
+    let task = tokio::spawn(f.reloader.run(Duration::from_millis(20), stop_rx));
+    std::fs::write(dir.path().join("tls.crt"), CERT_B).unwrap();
+    std::fs::write(dir.path().join("tls.key"), KEY_B).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while served(&live).await != der(CERT_B) {
+        assert!(
+            Instant::now() < deadline,
+            "the new pair was never picked up"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    stop_tx.send(true).unwrap();
+    tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .expect("the reloader stops with the server")
+        .unwrap();
+}
+
+#[test]
+fn startup_errors_stay_fatal() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("tls.crt"), CERT_B).unwrap();
+    std::fs::write(dir.path().join("tls.key"), KEY_A).unwrap();
+    let mut config = Config::defaults();
+    config.cert_file = Some(dir.path().join("tls.crt"));
+    config.key_file = Some(dir.path().join("tls.key"));
+    let err = Reloader::new(&config).err().expect("a mismatched pair");
+    assert!(
+        err.contains("--key-file") && err.contains("the key does not belong to the certificate"),
+        "{err}"
+    );
+    config.client_cert_auth = true;
+    let err = Reloader::new(&config).err().expect("no CA");
+    assert!(err.contains("--trusted-ca-file"), "{err}");
+    config.client_cert_auth = false;
+    config.cert_file = None;
+    let err = Reloader::new(&config).err().expect("no certificate");
+    assert!(err.contains("--cert-file"), "{err}");
+}
+
+#[test]
+fn the_summary_names_the_certificate() {
+    let s = x509::summarize(&der(CERT_A)).unwrap();
+    assert_eq!(s.subject, "CN=server-a");
+    assert_eq!(s.serial, "4A2961370B09AC31279AEC5341231BB94EBB88");
+    assert_eq!(s.not_after, "2126-11-07T02:13:16Z");
+}
+
+#[tokio::test]
+async fn a_silent_peer_holds_up_no_one_and_is_dropped_after_the_timeout() {
+    use tokio::io::AsyncReadExt;
+    let f = Fixture::new(false);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let timeout = Duration::from_secs(2);
+    let mut accepted = Box::pin(handshaken(
+        crate::server::accept::incoming(listener),
+        f.reloader.live(),
+        timeout,
+    ));
+    // Connects and never says a word.
+    let started = Instant::now();
+    let mut silent = TcpStream::connect(addr).await.unwrap();
+    // A client behind it completes its handshake and is handed on.
+    let mut roots = RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(CA.as_bytes()).unwrap())
+        .unwrap();
+    let client = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let (handshake, served) = tokio::join!(
+        TlsConnector::from(Arc::new(client))
+            .connect(ServerName::try_from("localhost").unwrap(), tcp),
+        accepted.next(),
+    );
+    handshake.expect("client handshake");
+    served
+        .expect("the stream goes on")
+        .expect("the second client is served while the first stays silent");
+    assert!(
+        started.elapsed() < timeout,
+        "the second handshake did not wait for the first"
+    );
+    // The silent one is closed once the handshake timeout passes.
+    let mut buf = [0u8; 1];
+    let read = tokio::select! {
+        r = silent.read(&mut buf) => r,
+        _ = accepted.next() => panic!("the silent peer was handed on"),
+    };
+    assert!(
+        matches!(read, Ok(0) | Err(_)),
+        "closed, not answered: {read:?}"
+    );
+    assert!(
+        started.elapsed() >= timeout,
+        "closed by the timeout, not at once"
+    );
+}
