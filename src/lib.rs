@@ -7,6 +7,8 @@
 //! server/     wiring: listeners, TLS, services, shutdown; bootstrap and
 //!             background tasks (lease expiry, auto-compaction, snapshots).
 //! api/        gRPC adapters (tonic): convert, call the core, map errors. Thin.
+//! cluster/    cluster mode (CLUSTER.md): store entries as Raft log entries.
+//! wire.rs     etcd's wire requests ⇄ the core's, both ways.
 //! http.rs     /health, /livez, /readyz, /version, /metrics.
 //! watch/      watch streams: replay from the log, live delivery, progress.
 //! mvcc/       the store core: revisions, per-key history, Range/Txn/Compact,
@@ -18,7 +20,8 @@
 //! proto.rs    etcd's wire format, generated from `proto/`.
 //! ```
 //! Dependencies run one way: `server` → `api` → `watch` → `mvcc` → `lease`
-//! → `error`. A request flows `api` → `mvcc::Store::apply` (writes) or
+//! → `error`; `api` and `cluster` both convert requests with `wire.rs`, so
+//! a replicated request means what a served one does. A request flows `api` → `mvcc::Store::apply` (writes) or
 //! `mvcc::Store::range` (reads) → the change log → `watch` streams. Nothing
 //! below `api` knows about gRPC. ARCHITECTURE.md walks a request through.
 
@@ -26,6 +29,7 @@
 #![warn(missing_docs)]
 
 pub mod api;
+pub mod cluster;
 pub mod config;
 pub mod error;
 pub mod http;
@@ -36,3 +40,4 @@ pub mod persist;
 pub mod proto;
 pub mod server;
 pub mod watch;
+mod wire;
