@@ -7,7 +7,9 @@
 //! server/     wiring: listeners, TLS, services, shutdown; bootstrap and
 //!             background tasks (lease expiry, auto-compaction, snapshots).
 //! api/        gRPC adapters (tonic): convert, call the core, map errors. Thin.
-//! cluster/    cluster mode (CLUSTER.md): store entries as Raft log entries.
+//! cluster/    cluster mode: the `Proposer` every mutation goes through (the
+//!             store itself for a single member, the Raft log otherwise),
+//!             the Raft and apply threads, the peer transport (CLUSTER.md).
 //! wire.rs     etcd's wire requests ⇄ the core's, both ways.
 //! http.rs     /health, /livez, /readyz, /version, /metrics.
 //! watch/      watch streams: replay from the log, live delivery, progress.
@@ -19,9 +21,9 @@
 //! config.rs   command-line flags with etcd's names, `EPHD_*` env vars.
 //! proto.rs    etcd's wire format, generated from `proto/`.
 //! ```
-//! Dependencies run one way: `server` → `api` → `watch` → `mvcc` → `lease`
-//! → `error`; `api` and `cluster` both convert requests with `wire.rs`, so
-//! a replicated request means what a served one does. A request flows `api` → `mvcc::Store::apply` (writes) or
+//! Dependencies run one way: `server` → `api` → `cluster` → `watch` →
+//! `mvcc` → `lease` → `error`; `api` and `cluster` both convert requests
+//! with `wire.rs`, so a replicated request means what a served one does. A request flows `api` → `mvcc::Store::apply` (writes) or
 //! `mvcc::Store::range` (reads) → the change log → `watch` streams. Nothing
 //! below `api` knows about gRPC. ARCHITECTURE.md walks a request through.
 
