@@ -178,7 +178,7 @@ pub(super) fn build(
         }
     }
     if let Some(v) = flags.force_new_cluster {
-        if super::etcd::go_bool(v) == Ok(true) {
+        if super::parse_bool(v) == Ok(true) {
             return Err(
                 "--force-new-cluster is refused: ephd's cluster mode does not have it yet"
                     .to_string(),
