@@ -2,13 +2,18 @@
 //! through any member are applied by every member at the same revision,
 //! linearizable reads through any member see every acknowledged write, and
 //! after the leader is killed the other two elect a new leader and keep
-//! accepting writes.
+//! accepting writes. Every kind of write through a follower (lease grants
+//! with server-chosen IDs, txn, delete, revoke, compaction) leaves every
+//! member the same, and a lease expiry decided by the leader is applied
+//! everywhere at one revision.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use ephd::proto::etcdserverpb::{
-    MemberListRequest, PutRequest, RangeRequest, RangeResponse, StatusRequest,
+    compare, request_op, CompactionRequest, Compare, DeleteRangeRequest, LeaseGrantRequest,
+    LeaseLeasesRequest, LeaseRevokeRequest, MemberListRequest, PutRequest, RangeRequest,
+    RangeResponse, RequestOp, StatusRequest, TxnRequest,
 };
 use ephd::proto::mvccpb::KeyValue;
 
@@ -230,5 +235,161 @@ async fn three_members_replicate_writes_and_survive_the_loss_of_the_leader() {
             kvs.iter().any(|kv| kv.key == format!("key-{i}").as_bytes()),
             "key-{i} lost: {kvs:?}"
         );
+    }
+}
+
+/// The lease IDs `m` lists, sorted.
+async fn leases(m: &ClusterMember) -> Vec<i64> {
+    let mut c = m.lease().await;
+    let mut ids: Vec<i64> = within("lease list", c.lease_leases(LeaseLeasesRequest {}))
+        .await
+        .expect("lease leases")
+        .into_inner()
+        .leases
+        .into_iter()
+        .map(|l| l.id)
+        .collect();
+    ids.sort_unstable();
+    ids
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_kind_of_write_through_a_follower_replicates_and_leases_expire_once() {
+    let cluster = EphdCluster::start(3, TIMING);
+    let (leader, _) = agreed_leader(&cluster, None).await;
+    let follower = cluster.member((leader + 1) % 3).unwrap();
+    let leader = cluster.member(leader).unwrap();
+    put(follower, "warm-up", "x").await;
+
+    // Lease IDs chosen by the proposing member are the same everywhere.
+    let mut lease = follower.lease().await;
+    let short = within(
+        "grant",
+        lease.lease_grant(LeaseGrantRequest { ttl: 2, id: 0 }),
+    )
+    .await
+    .expect("grant through a follower")
+    .into_inner()
+    .id;
+    let mut leader_lease = leader.lease().await;
+    let long = within(
+        "grant",
+        leader_lease.lease_grant(LeaseGrantRequest { ttl: 600, id: 0 }),
+    )
+    .await
+    .expect("grant through the leader")
+    .into_inner()
+    .id;
+    let mut kv = follower.kv().await;
+    for (key, id) in [("leased", short), ("long", long)] {
+        within(
+            "put with lease",
+            kv.put(PutRequest {
+                key: key.as_bytes().to_vec().into(),
+                value: b"v".to_vec().into(),
+                lease: id,
+                ..Default::default()
+            }),
+        )
+        .await
+        .expect("put with lease");
+    }
+    let mut expected = vec![short, long];
+    expected.sort_unstable();
+    for (i, m) in cluster.running() {
+        assert_eq!(leases(m).await, expected, "m{i}");
+    }
+
+    // A txn, a delete and a compaction, all through the follower.
+    let txn = within(
+        "txn",
+        kv.txn(TxnRequest {
+            compare: vec![Compare {
+                result: compare::CompareResult::Equal as i32,
+                target: compare::CompareTarget::Version as i32,
+                key: b"leased".to_vec().into(),
+                target_union: Some(compare::TargetUnion::Version(1)),
+                ..Default::default()
+            }],
+            success: vec![RequestOp {
+                request: Some(request_op::Request::RequestPut(PutRequest {
+                    key: b"txn-key".to_vec().into(),
+                    value: b"txn".to_vec().into(),
+                    ..Default::default()
+                })),
+            }],
+            failure: vec![],
+        }),
+    )
+    .await
+    .expect("txn")
+    .into_inner();
+    assert!(txn.succeeded);
+    within(
+        "delete",
+        kv.delete_range(DeleteRangeRequest {
+            key: b"warm-up".to_vec().into(),
+            ..Default::default()
+        }),
+    )
+    .await
+    .expect("delete");
+    let rev = within(
+        "revoke",
+        lease.lease_revoke(LeaseRevokeRequest { id: long }),
+    )
+    .await
+    .expect("revoke through a follower")
+    .into_inner()
+    .header
+    .expect("header")
+    .revision;
+    within(
+        "compact",
+        kv.compact(CompactionRequest {
+            revision: rev - 1,
+            physical: false,
+        }),
+    )
+    .await
+    .expect("compact through a follower");
+    let kvs = same_everywhere(&cluster, rev).await;
+    let keys: Vec<&[u8]> = kvs.iter().map(|kv| kv.key.as_ref()).collect();
+    assert_eq!(keys, [&b"leased"[..], b"txn-key"]);
+    for (i, m) in cluster.running() {
+        let mut c = m.kv().await;
+        let old = c
+            .range(RangeRequest {
+                key: b"txn-key".to_vec().into(),
+                revision: 1,
+                serializable: true,
+                ..Default::default()
+            })
+            .await;
+        let status = old.expect_err("compacted everywhere");
+        assert_eq!(
+            status.message(),
+            "etcdserver: mvcc: required revision has been compacted",
+            "m{i}"
+        );
+    }
+
+    // The short lease expires (decided by the leader, applied by all):
+    // its key goes at exactly one revision after the last write.
+    let deadline = Instant::now() + SETTLE;
+    loop {
+        let kvs = all_keys(leader).await;
+        if !kvs.kvs.iter().any(|kv| kv.key.as_ref() == b"leased") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "lease {short} never expired");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let kvs = same_everywhere(&cluster, rev + 1).await;
+    assert_eq!(kvs.len(), 1, "{kvs:?}");
+    for (i, m) in cluster.running() {
+        assert_eq!(leases(m).await, Vec::<i64>::new(), "m{i}");
+        let at = all_keys(m).await.header.expect("header").revision;
+        assert_eq!(at, rev + 1, "m{i}: one revoke, once");
     }
 }
