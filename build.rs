@@ -10,6 +10,8 @@ const PROTOS: &[&str] = &[
     "proto/etcdserverpb/rpc.proto",
     "proto/v3lockpb/v3lock.proto",
     "proto/v3electionpb/v3election.proto",
+    // ephd's own messages between cluster members (not etcd's wire format).
+    "proto/ephd/raft_entry.proto",
 ];
 
 fn main() -> io::Result<()> {

@@ -5,10 +5,12 @@
 //! mean nothing for an in-memory single member are accepted with a warning
 //! ([`etcd`]); [`load`] puts the sources together as etcd does.
 
+mod cluster;
 mod etcd;
 mod load;
 mod yaml;
 
+pub use cluster::{member_id, ClusterConfig, Member};
 pub use load::{load, load_from, LoadError, Loaded, Notice};
 
 use clap::Parser;
@@ -238,6 +240,12 @@ pub struct Config {
     /// closing the connection; 0 waits forever.
     #[arg(long, env = "EPHD_GRPC_KEEPALIVE_TIMEOUT", default_value = "20s", value_parser = parse_duration)]
     pub grpc_keepalive_timeout: Duration,
+
+    /// Cluster mode's settings, from etcd's clustering flags; set by
+    /// [`load`] only when `--initial-cluster` names another member than
+    /// this one. `None` runs the single-member path.
+    #[arg(skip)]
+    pub cluster: Option<ClusterConfig>,
 }
 
 impl Config {

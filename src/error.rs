@@ -71,6 +71,13 @@ pub enum Error {
     TooManyRequests,
     /// The server is shutting down and accepts no more writes.
     Stopped,
+    /// Cluster mode: this member knows no leader, so a write cannot be
+    /// proposed.
+    NoLeader,
+    /// Cluster mode: a proposed write was not applied within the request
+    /// timeout (a leader change may have lost it; it is never proposed
+    /// again).
+    Timeout,
     /// The server is shutting down and ends a long-lived stream (Watch,
     /// LeaseKeepAlive). Unavailable, so clients reconnect and resume instead
     /// of treating it as final.
@@ -108,7 +115,9 @@ impl Error {
             Error::Compacted | Error::FutureRev | Error::LeaseTtlTooLarge => Code::OutOfRange,
             Error::LeaseNotFound => Code::NotFound,
             Error::LeaseExist | Error::AuthNotEnabled => Code::FailedPrecondition,
-            Error::Stopped | Error::StreamShutdown => Code::Unavailable,
+            Error::Stopped | Error::StreamShutdown | Error::NoLeader | Error::Timeout => {
+                Code::Unavailable
+            }
             Error::NoSpace | Error::TooManyRequests => Code::ResourceExhausted,
             Error::Corrupt => Code::DataLoss,
             Error::AuthUnsupported
@@ -137,6 +146,8 @@ impl Error {
             Error::LeaseTtlTooLarge => "etcdserver: too large lease TTL",
             Error::RequestTooLarge => "etcdserver: request is too large",
             Error::Stopped => "etcdserver: server stopped",
+            Error::NoLeader => "etcdserver: no leader",
+            Error::Timeout => "etcdserver: request timed out",
             Error::NoSpace => "etcdserver: mvcc: database space exceeded",
             Error::Corrupt => "etcdserver: corrupt cluster",
             Error::TooManyRequests => "etcdserver: too many requests",
@@ -272,6 +283,12 @@ mod tests {
                 Error::Stopped,
                 Code::Unavailable,
                 "etcdserver: server stopped",
+            ),
+            (Error::NoLeader, Code::Unavailable, "etcdserver: no leader"),
+            (
+                Error::Timeout,
+                Code::Unavailable,
+                "etcdserver: request timed out",
             ),
             (
                 Error::StreamShutdown,

@@ -7,6 +7,10 @@
 //! server/     wiring: listeners, TLS, services, shutdown; bootstrap and
 //!             background tasks (lease expiry, auto-compaction, snapshots).
 //! api/        gRPC adapters (tonic): convert, call the core, map errors. Thin.
+//! cluster/    cluster mode: the `Proposer` every mutation goes through (the
+//!             store itself for a single member, the Raft log otherwise),
+//!             the Raft and apply threads, the peer transport (CLUSTER.md).
+//! wire.rs     etcd's wire requests ⇄ the core's, both ways.
 //! http.rs     /health, /livez, /readyz, /version, /metrics.
 //! watch/      watch streams: replay from the log, live delivery, progress.
 //! mvcc/       the store core: revisions, per-key history, Range/Txn/Compact,
@@ -19,8 +23,9 @@
 //! embed.rs    an in-process ephd for test suites (etcd's `embed`).
 //! proto.rs    etcd's wire format, generated from `proto/`.
 //! ```
-//! Dependencies run one way: `server` → `api` → `watch` → `mvcc` → `lease`
-//! → `error`. A request flows `api` → `mvcc::Store::apply` (writes) or
+//! Dependencies run one way: `server` → `api` → `cluster` → `watch` →
+//! `mvcc` → `lease` → `error`; `api` and `cluster` both convert requests
+//! with `wire.rs`, so a replicated request means what a served one does. A request flows `api` → `mvcc::Store::apply` (writes) or
 //! `mvcc::Store::range` (reads) → the change log → `watch` streams. Nothing
 //! below `api` knows about gRPC. ARCHITECTURE.md walks a request through.
 
@@ -28,6 +33,7 @@
 #![warn(missing_docs)]
 
 pub mod api;
+pub mod cluster;
 pub mod config;
 pub mod embed;
 pub mod error;
@@ -39,3 +45,4 @@ pub mod persist;
 pub mod proto;
 pub mod server;
 pub mod watch;
+mod wire;

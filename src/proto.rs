@@ -38,6 +38,18 @@ pub mod v3electionpb {
     tonic::include_proto!("v3electionpb");
 }
 
+/// ephd's internal messages between cluster members (`ephd.internal`):
+/// the Raft log entry and the peer transport. Not part of etcd's wire
+/// format; only ephd members speak it.
+pub mod ephd {
+    /// The `ephd.internal` package (nested so that its references to
+    /// `etcdserverpb` resolve to `crate::proto::etcdserverpb`).
+    #[allow(clippy::all, clippy::pedantic, clippy::nursery, missing_docs)]
+    pub mod internal {
+        tonic::include_proto!("ephd.internal");
+    }
+}
+
 /// The gRPC message codec of every service and client in [`crate::proto`].
 pub mod codec;
 pub mod nesting;

@@ -113,6 +113,7 @@ impl Env {
         info.max_request_bytes = 1024;
         let shared = Shared {
             store,
+            proposer: Default::default(),
             info: Arc::new(info),
             metrics,
             overload: Arc::new(ephd::api::Overload::new(

@@ -11,6 +11,26 @@ pub struct ClusterService(pub Shared);
 impl ClusterService {
     fn members(&self) -> Vec<pb::Member> {
         let info = &self.0.info;
+        if !info.members.is_empty() {
+            // Cluster mode: every member of the initial cluster; only this
+            // member's client URLs are known (members do not publish theirs
+            // to each other yet).
+            return info
+                .members
+                .iter()
+                .map(|m| pb::Member {
+                    id: m.id,
+                    name: m.name.clone(),
+                    peer_ur_ls: m.peer_urls.clone(),
+                    client_ur_ls: if m.id == info.member_id {
+                        info.client_urls.clone()
+                    } else {
+                        Vec::new()
+                    },
+                    is_learner: false,
+                })
+                .collect();
+        }
         vec![pb::Member {
             id: info.member_id,
             name: info.name.clone(),

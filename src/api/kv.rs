@@ -1,6 +1,7 @@
 //! The KV service.
 
 use super::{check_size, convert, status, PreEncoded, Shared};
+use crate::cluster::Proposer;
 use crate::error::INTERNAL_COMPACTION_FAILED;
 use crate::proto::etcdserverpb::{self as pb, kv_server::Kv};
 use prost::Message;
@@ -30,6 +31,10 @@ impl Kv for KvService {
             ..
         } = &self.0;
         metrics.range_total.inc();
+        if let (Some(node), false) = (self.0.proposer.node(), req.serializable) {
+            // Cluster mode: a linearizable read waits for its read index.
+            node.read_barrier().await.map_err(status)?;
+        }
         let req = convert::range_request(req);
         if req.range_end.is_empty() || req.count_only {
             // One key, or a count: small, answered right here.
@@ -64,14 +69,15 @@ impl Kv for KvService {
         let req = req.into_inner();
         let Shared {
             store,
+            proposer,
             info,
             metrics,
             ..
         } = &self.0;
         check_size(info, req.encoded_len())?;
         metrics.put_total.inc();
-        let resp = store
-            .put_async(convert::put_request(req))
+        let resp = proposer
+            .put(store, convert::put_request(req))
             .await
             .map_err(status)?;
         let header = info.header(resp.revision);
@@ -85,14 +91,15 @@ impl Kv for KvService {
         let req = req.into_inner();
         let Shared {
             store,
+            proposer,
             info,
             metrics,
             ..
         } = &self.0;
         check_size(info, req.encoded_len())?;
         metrics.delete_total.inc();
-        let resp = store
-            .delete_range_async(convert::delete_request(req))
+        let resp = proposer
+            .delete_range(store, convert::delete_request(req))
             .await
             .map_err(status)?;
         let header = info.header(resp.revision);
@@ -103,14 +110,15 @@ impl Kv for KvService {
         let req = req.into_inner();
         let Shared {
             store,
+            proposer,
             info,
             metrics,
             ..
         } = &self.0;
         check_size(info, req.encoded_len())?;
         metrics.txn_total.inc();
-        let resp = store
-            .txn_async(convert::txn_request(req))
+        let resp = proposer
+            .txn(store, convert::txn_request(req))
             .await
             .map_err(status)?;
         let header = info.header(resp.revision);
@@ -122,7 +130,20 @@ impl Kv for KvService {
         req: Request<pb::CompactionRequest>,
     ) -> Result<Response<pb::CompactionResponse>, Status> {
         let req = req.into_inner();
-        let Shared { store, info, .. } = &self.0;
+        let Shared {
+            store,
+            proposer,
+            info,
+            ..
+        } = &self.0;
+        if let Some(node) = proposer.node() {
+            let rev = Proposer::compact_replicated(node, req.revision)
+                .await
+                .map_err(status)?;
+            return Ok(Response::new(pb::CompactionResponse {
+                header: info.header(rev),
+            }));
+        }
         let store = store.clone();
         // Pruning a large history takes a while: keep it off the async workers.
         let task = tokio::task::spawn_blocking(move || store.compact(req.revision));

@@ -21,8 +21,16 @@ impl Lease for LeaseService {
         req: Request<pb::LeaseGrantRequest>,
     ) -> Result<Response<pb::LeaseGrantResponse>, Status> {
         let req = req.into_inner();
-        let Shared { store, info, .. } = &self.0;
-        let granted = store.lease_grant(req.id, req.ttl).map_err(status)?;
+        let Shared {
+            store,
+            proposer,
+            info,
+            ..
+        } = &self.0;
+        let granted = proposer
+            .lease_grant(store, req.id, req.ttl)
+            .await
+            .map_err(status)?;
         self.0.metrics.lease_granted.inc();
         Ok(Response::new(pb::LeaseGrantResponse {
             header: info.header(granted.revision),
@@ -37,8 +45,13 @@ impl Lease for LeaseService {
         req: Request<pb::LeaseRevokeRequest>,
     ) -> Result<Response<pb::LeaseRevokeResponse>, Status> {
         let id = req.into_inner().id;
-        let Shared { store, info, .. } = &self.0;
-        let rev = store.lease_revoke_async(id).await.map_err(status)?;
+        let Shared {
+            store,
+            proposer,
+            info,
+            ..
+        } = &self.0;
+        let rev = proposer.lease_revoke(store, id).await.map_err(status)?;
         self.0.metrics.lease_revoked.inc();
         Ok(Response::new(pb::LeaseRevokeResponse {
             header: info.header(rev),

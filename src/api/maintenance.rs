@@ -23,7 +23,12 @@ impl Maintenance for MaintenanceService {
         r: Request<pb::AlarmRequest>,
     ) -> Result<Response<pb::AlarmResponse>, Status> {
         let r = r.into_inner();
-        let Shared { store, info, .. } = &self.0;
+        let Shared {
+            store,
+            proposer,
+            info,
+            ..
+        } = &self.0;
         let action = match r.action {
             1 => AlarmAction::Activate,
             2 => AlarmAction::Deactivate,
@@ -31,8 +36,9 @@ impl Maintenance for MaintenanceService {
             // those is a response it cannot send).
             _ => AlarmAction::Get,
         };
-        let alarms = store
-            .alarm(action, r.member_id, r.alarm)
+        let alarms = proposer
+            .alarm(store, action, r.member_id, r.alarm)
+            .await
             .map_err(status)?
             .into_iter()
             .map(|a| pb::AlarmMember {
@@ -50,18 +56,36 @@ impl Maintenance for MaintenanceService {
         &self,
         _r: Request<pb::StatusRequest>,
     ) -> Result<Response<pb::StatusResponse>, Status> {
-        let Shared { store, info, .. } = &self.0;
+        let Shared {
+            store,
+            proposer,
+            info,
+            ..
+        } = &self.0;
         let stats = store.stats();
         let applied = stats.applied_index.load(Ordering::Relaxed);
+        // A cluster member reports Raft's leader, term and indexes.
+        let (leader, raft_term, raft_index, raft_applied_index) = match proposer.node() {
+            None => (info.member_id, info.raft_term, applied, applied),
+            Some(n) => {
+                let s = n.status();
+                (
+                    s.leader().unwrap_or(0),
+                    s.term(),
+                    s.committed(),
+                    s.applied(),
+                )
+            }
+        };
         Ok(Response::new(pb::StatusResponse {
             header: info.header(store.current_revision()),
             version: ETCD_VERSION.to_string(),
             db_size: stats.memory_bytes(),
             db_size_in_use: stats.memory_in_use(),
-            leader: info.member_id,
-            raft_index: applied,
-            raft_term: info.raft_term,
-            raft_applied_index: applied,
+            leader,
+            raft_index,
+            raft_term,
+            raft_applied_index,
             errors: store.alarms().iter().map(alarm_text).collect(),
             is_learner: false,
             ..Default::default()

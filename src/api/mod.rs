@@ -22,6 +22,7 @@ pub use maintenance::MaintenanceService;
 pub use overload::{Overload, PreEncoded, ResponsePermit, SendPreEncoded};
 pub use watch::WatchService;
 
+use crate::cluster::Proposer;
 use crate::error::{Code, Error};
 use crate::metrics::Metrics;
 use crate::mvcc::Store;
@@ -46,8 +47,11 @@ pub struct ServerInfo {
     pub raft_term: u64,
     /// Advertised client URLs, as MemberList reports them.
     pub client_urls: Vec<String>,
-    /// Advertised peer URLs (informational only; ephd has no peers).
+    /// Advertised peer URLs (informational only for a single member).
     pub peer_urls: Vec<String>,
+    /// Every member of the initial cluster in cluster mode; empty for a
+    /// single member.
+    pub members: Vec<crate::config::Member>,
     /// Largest write request accepted (`--max-request-bytes`).
     pub max_request_bytes: usize,
     /// Interval of periodic watch progress notifications.
@@ -66,6 +70,7 @@ impl ServerInfo {
             raft_term: 2,
             client_urls,
             peer_urls: vec!["http://localhost:2380".to_string()],
+            members: Vec::new(),
             max_request_bytes: 1_572_864,
             progress_notify_interval: Duration::from_secs(600),
         }
@@ -96,6 +101,9 @@ fn fnv64(bytes: &[u8]) -> u64 {
 pub struct Shared {
     /// The store core.
     pub store: Arc<Store>,
+    /// Where mutations go: the store itself, or the Raft log in cluster
+    /// mode.
+    pub proposer: Proposer,
     /// Identity and limits.
     pub info: Arc<ServerInfo>,
     /// Counters and gauges.

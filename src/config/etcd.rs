@@ -9,6 +9,7 @@
 //! `--quota-backend-bytes`, `--max-request-bytes`, TLS, logging, ...) are
 //! fields of [`Config`](super::Config) instead.
 
+use super::cluster::{self, ClusterConfig};
 use super::parse_duration;
 use clap::{Arg, ArgMatches, Command};
 
@@ -52,16 +53,17 @@ pub(super) struct Compat {
     pub effect: Effect,
 }
 
-const NO_RAFT: &str = "ephd runs a single member without raft";
+const NO_RAFT: &str =
+    "ephd runs a single member without raft (cluster mode: --initial-cluster naming other members)";
 const NO_PEERS: &str =
-    "ephd has no peer listener: it runs a single member (cluster mode is not built yet)";
+    "ephd runs a single member without peers (cluster mode: --initial-cluster naming other members)";
 const NO_BACKEND: &str = "ephd has no bbolt backend: writes apply in memory at once";
 const NO_WAL: &str = "ephd keeps no write-ahead log";
 const NO_AUTH: &str = "auth is always disabled in ephd";
 const NO_PROXY: &str = "ephd has no v2 proxy";
 const NO_V2: &str = "ephd serves only the v3 API";
 const NO_DISCOVERY: &str =
-    "bootstrapping a cluster by discovery needs cluster mode, which ephd does not have yet";
+    "ephd's cluster mode bootstraps from --initial-cluster only, not by discovery";
 
 fn is_empty(v: &str) -> bool {
     v.trim().is_empty()
@@ -134,18 +136,19 @@ pub(super) const COMPAT: &[Compat] = &[
         Kind::Duration,
         Effect::Ignored("ephd does not time applies"),
     ),
-    // Clustering. --initial-cluster is checked by `check_initial_cluster`.
+    // Clustering: ignored for a single member; cluster mode reads them
+    // (`judge`, `cluster.rs`). --initial-cluster is added by `add_compat_args`.
     c("listen-peer-urls", Kind::Text, Effect::Ignored(NO_PEERS)),
     c("initial-advertise-peer-urls", Kind::Text, Effect::Ignored(NO_PEERS)),
     c(
         "initial-cluster-state",
         Kind::OneOf(&["new", "existing"]),
-        Effect::Ignored("ephd runs a single member"),
+        Effect::Ignored(NO_PEERS),
     ),
     c(
         "initial-cluster-token",
         Kind::Text,
-        Effect::Ignored("ephd runs a single member"),
+        Effect::Ignored(NO_PEERS),
     ),
     c(
         "force-new-cluster",
@@ -408,15 +411,57 @@ fn given<'m>(matches: &'m ArgMatches, name: &str) -> Option<&'m String> {
     matches.try_get_one::<String>(name).ok().flatten()
 }
 
+/// The flags cluster mode reads when `--initial-cluster` names other
+/// members: then they are settings, not ignored.
+const CLUSTER_FLAGS: &[&str] = &[
+    "listen-peer-urls",
+    "initial-advertise-peer-urls",
+    "initial-cluster-state",
+    "initial-cluster-token",
+    "heartbeat-interval",
+    "election-timeout",
+    "force-new-cluster",
+];
+
+/// Peer TLS flags: in cluster mode, asking for peer TLS is refused rather
+/// than ignored, so peer traffic is never sent in plain text by surprise.
+const PEER_TLS_FLAGS: &[&str] = &[
+    "peer-cert-file",
+    "peer-key-file",
+    "peer-client-cert-auth",
+    "peer-trusted-ca-file",
+    "peer-cert-allowed-cn",
+    "peer-cert-allowed-hostname",
+    "peer-auto-tls",
+    "peer-crl-file",
+];
+
 /// Judges every compat flag that was given: the warnings to log, or the
-/// first refusal.
-pub(super) fn judge(matches: &ArgMatches, member: &str) -> Result<Vec<String>, String> {
+/// first refusal; and cluster mode's settings when `--initial-cluster`
+/// names another member than `member`.
+pub(super) fn judge(
+    matches: &ArgMatches,
+    member: &str,
+) -> Result<(Vec<String>, Option<ClusterConfig>), String> {
+    let members = match given(matches, "initial-cluster") {
+        Some(v) => cluster::parse_members(v)?,
+        None => Vec::new(),
+    };
+    let clustered = members.iter().any(|(name, _)| name != member);
     let mut warnings = Vec::new();
     for compat in COMPAT {
         let Some(value) = given(matches, compat.name) else {
             continue;
         };
         let name = compat.name;
+        if clustered && CLUSTER_FLAGS.contains(&name) {
+            continue;
+        }
+        if clustered && PEER_TLS_FLAGS.contains(&name) && !(is_empty(value) || is_false(value)) {
+            return Err(format!(
+                "flag --{name}={value} is refused: ephd's cluster mode has no peer TLS yet"
+            ));
+        }
         match compat.effect {
             Effect::Ignored(reason) => warnings.push(ignored(name, reason)),
             Effect::Only {
@@ -432,49 +477,32 @@ pub(super) fn judge(matches: &ArgMatches, member: &str) -> Result<Vec<String>, S
             }
         }
     }
-    if let Some(cluster) = given(matches, "initial-cluster") {
-        warnings.push(check_initial_cluster(cluster, member)?);
+    if !clustered {
+        if !members.is_empty() {
+            warnings.push(ignored(
+                "initial-cluster",
+                "it names only this member, and ephd runs it as a one-member cluster",
+            ));
+        }
+        return Ok((warnings, None));
     }
-    Ok(warnings)
+    let flag = |name: &'static str| given(matches, name).map(String::as_str);
+    let flags = cluster::Flags {
+        initial_cluster_state: flag("initial-cluster-state"),
+        token: flag("initial-cluster-token"),
+        listen_peer_urls: flag("listen-peer-urls"),
+        advertise_peer_urls: flag("initial-advertise-peer-urls"),
+        heartbeat_ms: flag("heartbeat-interval"),
+        election_ms: flag("election-timeout"),
+        force_new_cluster: flag("force-new-cluster"),
+    };
+    let config = cluster::build(member, members, &flags)?;
+    Ok((warnings, Some(config)))
 }
 
 /// The one-line warning for an accepted, ignored flag.
 fn ignored(name: &str, reason: &str) -> String {
     format!("flag --{name} is accepted for etcd compatibility and ignored: {reason}")
-}
-
-/// `--initial-cluster` (`name=peerURL,...`) may name this member only: a
-/// cluster of one is what ephd is, anything else would be taken for a
-/// cluster that does not exist.
-fn check_initial_cluster(value: &str, member: &str) -> Result<String, String> {
-    let mut others = Vec::new();
-    for entry in value.split(',').map(str::trim).filter(|e| !e.is_empty()) {
-        let Some((name, url)) = entry.split_once('=') else {
-            return Err(format!(
-                "--initial-cluster {value:?}: {entry:?} is not name=peerURL"
-            ));
-        };
-        if url.trim().is_empty() {
-            return Err(format!(
-                "--initial-cluster {value:?}: {entry:?} has no peer URL"
-            ));
-        }
-        if name != member && !others.contains(&name) {
-            others.push(name);
-        }
-    }
-    if !others.is_empty() {
-        return Err(format!(
-            "--initial-cluster names other members than this one ({member:?}): {}; ephd runs a \
-             single member and cluster mode is not built yet, so give --initial-cluster only this \
-             member (or leave it out)",
-            others.join(", ")
-        ));
-    }
-    Ok(ignored(
-        "initial-cluster",
-        "it names only this member, and ephd is a one-member cluster",
-    ))
 }
 
 #[cfg(test)]
@@ -508,21 +536,5 @@ mod tests {
                 c.name
             );
         }
-    }
-
-    #[test]
-    fn initial_cluster_may_name_only_this_member() {
-        assert!(check_initial_cluster("m1=https://10.0.0.1:2380", "m1").is_ok());
-        assert!(
-            check_initial_cluster("m1=https://10.0.0.1:2380,m1=https://[::1]:2380", "m1").is_ok()
-        );
-        let e = check_initial_cluster(
-            "m1=https://10.0.0.1:2380,m2=https://10.0.0.2:2380,m3=https://10.0.0.3:2380",
-            "m1",
-        )
-        .unwrap_err();
-        assert!(e.contains("m2, m3") && e.contains("cluster mode"), "{e}");
-        assert!(check_initial_cluster("default=http://localhost:2380", "m1").is_err());
-        assert!(check_initial_cluster("m1", "m1").is_err());
     }
 }

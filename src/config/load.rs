@@ -138,7 +138,15 @@ where
             "--etcd-compat: {flag} keeps the value given for it"
         )));
     }
-    let warnings = etcd::judge(&matches, &config.name).map_err(LoadError::Invalid)?;
+    let (warnings, cluster) = etcd::judge(&matches, &config.name).map_err(LoadError::Invalid)?;
+    if cluster.is_some() && config.data_dir.is_some() {
+        return Err(LoadError::Invalid(
+            "--data-dir is refused in cluster mode: ephd's cluster mode keeps no snapshots yet \
+             (every member keeps its state in memory; restart rules are not built)"
+                .to_string(),
+        ));
+    }
+    config.cluster = cluster;
     notices.extend(warnings.into_iter().map(Notice::Warn));
     Ok(Loaded { config, notices })
 }
@@ -460,21 +468,53 @@ mod tests {
     }
 
     #[test]
-    fn a_cluster_of_other_members_is_refused() {
+    fn other_members_in_the_initial_cluster_mean_cluster_mode() {
         let ok = load(
             &["--name=m1", "--initial-cluster=m1=https://10.0.0.1:2380"],
             &[],
         )
         .unwrap();
         assert_eq!(warnings(&ok).len(), 1);
+        assert!(ok.config.cluster.is_none());
+        let three = "m1=http://10.0.0.1:2380,m2=http://10.0.0.2:2380,m3=http://10.0.0.3:2380";
+        let l = load(
+            &[
+                "--name=m2",
+                &format!("--initial-cluster={three}"),
+                "--initial-advertise-peer-urls=http://10.0.0.2:2380",
+                "--listen-peer-urls=http://0.0.0.0:2380",
+                "--heartbeat-interval=50",
+                "--election-timeout=500",
+            ],
+            &[],
+        )
+        .unwrap();
+        assert!(warnings(&l).is_empty(), "the flags are used, not ignored");
+        let c = l.config.cluster.expect("cluster mode");
+        assert_eq!(c.members.len(), 3);
+        assert_eq!(c.name, "m2");
+        assert_eq!(c.listen_peer_urls, ["http://0.0.0.0:2380"]);
+        assert_eq!(c.election_ticks(), 10);
         let m = invalid(load(
             &[
                 "--name=m1",
-                "--initial-cluster=m1=https://10.0.0.1:2380,m2=https://10.0.0.2:2380",
+                "--initial-cluster=m1=http://10.0.0.1:2380,m2=http://10.0.0.2:2380",
+                "--initial-advertise-peer-urls=http://10.0.0.1:2380",
+                "--peer-cert-file=/etc/peer.pem",
             ],
             &[],
         ));
-        assert!(m.contains("cluster mode is not built yet"), "{m}");
+        assert!(m.contains("no peer TLS yet"), "{m}");
+        let m = invalid(load(
+            &[
+                "--name=m1",
+                "--initial-cluster=m1=http://10.0.0.1:2380,m2=http://10.0.0.2:2380",
+                "--initial-advertise-peer-urls=http://10.0.0.1:2380",
+                "--data-dir=/tmp/x",
+            ],
+            &[],
+        ));
+        assert!(m.contains("--data-dir"), "{m}");
     }
 
     #[test]
@@ -562,7 +602,9 @@ mod tests {
         assert!(m.contains("max-request-bytes in configuration file"), "{m}");
         let f = write_file("initial-cluster: a=http://a:2380,b=http://b:2380\nname: a\n");
         let m = invalid(load(&["--config-file", f.path().to_str().unwrap()], &[]));
-        assert!(m.contains("other members"), "{m}");
+        // Cluster mode, checked as etcd does: this member's peer URLs
+        // there are not its advertised ones (etcd's default).
+        assert!(m.contains("--initial-advertise-peer-urls"), "{m}");
         let m = invalid(load(&["--config-file", "/nonexistent/etcd.yml"], &[]));
         assert!(m.starts_with("cannot read configuration file"), "{m}");
     }

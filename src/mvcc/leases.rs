@@ -103,6 +103,30 @@ impl Store {
             .collect()
     }
 
+    /// A free, positive lease ID for a grant that leaves the choice to the
+    /// server. In cluster mode the proposing member chooses it and the
+    /// entry carries it; a clash with a lease granted meanwhile fails the
+    /// grant with `lease already exists`, and the caller draws again.
+    pub fn choose_lease_id(&self) -> i64 {
+        self.lessor().choose_id()
+    }
+
+    /// The leases whose time ran out by `now` (at most `max`), without
+    /// revoking them: in cluster mode the leader proposes their revokes.
+    /// Each is handed out once; a lease renewed meanwhile is not.
+    pub fn expired_leases(&self, now: Instant, max: usize) -> Vec<i64> {
+        self.lessor().expired(now, max)
+    }
+
+    /// What a cluster member does with each committed entry: applies it,
+    /// then starts the countdown of the leases it created (on every
+    /// member, so whichever becomes leader can expire them).
+    pub fn apply_replicated(&self, entry: Entry) -> Result<Applied> {
+        let applied = self.apply(entry);
+        self.arm_new_leases();
+        applied
+    }
+
     /// Every lease with its remaining time, for persistence.
     pub fn leases_for_snapshot(&self) -> Vec<LeaseInfo> {
         self.lessor().all(false, Instant::now())

@@ -266,6 +266,29 @@ pub(super) fn build_store(
     Ok(Boot { store, guard })
 }
 
+/// The store of a cluster member: empty at revision 1, as etcd's, with
+/// nothing written at start (every write must come through the Raft log,
+/// so `compact_rev_key` and revision continuity wait for the entry that
+/// will carry the initial revision; CLUSTER.md). `--data-dir` is refused
+/// in cluster mode, so there is nothing to restore.
+pub(super) fn build_cluster_store(
+    config: &Config,
+    member_id: u64,
+    quota_bytes: Option<i64>,
+) -> Store {
+    let adopt = (config.lease_adopt_unknown_ttl > 0).then_some(config.lease_adopt_unknown_ttl);
+    Store::new(StoreConfig {
+        max_txn_ops: config.max_txn_ops,
+        initial_revision: 1,
+        lessor: LessorConfig {
+            adopt_unknown_ttl: adopt,
+            ..LessorConfig::default()
+        },
+        quota_bytes,
+        member_id,
+    })
+}
+
 #[cfg(test)]
 #[path = "bootstrap_tests.rs"]
 mod tests;

@@ -10,7 +10,7 @@ mod tasks;
 mod tls;
 mod x509;
 
-use bootstrap::build_store;
+use bootstrap::{build_cluster_store, build_store};
 use memory::MemoryPlan;
 use revisions::{guard_revisions, RevisionGuard};
 pub use revisions::{start_revision, COMPACT_REV_KEY};
@@ -20,9 +20,11 @@ use crate::api::{
     AuthService, ClusterService, GrpcGoLimits, KvService, LeaseService, MaintenanceService,
     Overload, SendPreEncoded, ServerInfo, Shared, WatchService,
 };
+use crate::cluster::{Node, PeerService, Proposer};
 use crate::config::{listen_addr, Config};
 use crate::metrics::{grpc::GrpcMetricsLayer, Metrics};
 use crate::mvcc::Store;
+use crate::proto::ephd::internal::raft_transport_server::RaftTransportServer;
 use crate::proto::etcdserverpb::{
     auth_server::AuthServer, cluster_server::ClusterServer, kv_server::KvServer,
     lease_server::LeaseServer, maintenance_server::MaintenanceServer, watch_server::WatchServer,
@@ -47,8 +49,11 @@ pub struct Server {
     http_listeners: Vec<Bound>,
     /// The https:// listeners' certificates, reloaded while serving.
     tls: Option<tls::Reloader>,
+    /// Cluster mode: where peers' Raft messages arrive.
+    peer_listeners: Vec<Bound>,
     config: Config,
-    guard: RevisionGuard,
+    /// A single member's revision guard (cluster mode has none yet).
+    guard: Option<RevisionGuard>,
 }
 
 /// A bound listener and whether it serves TLS.
@@ -185,9 +190,24 @@ impl Server {
         if config.advertise_client_urls.is_empty() {
             config.advertise_client_urls = advertised(&config.listen_client_urls, &listeners);
         }
-        let boot = build_store(&config, crate::persist::wall_clock_ms(), memory.quota_bytes)?;
-        let store = Arc::new(boot.store);
+        let (store, guard) = match &config.cluster {
+            None => {
+                let boot =
+                    build_store(&config, crate::persist::wall_clock_ms(), memory.quota_bytes)?;
+                (Arc::new(boot.store), Some(boot.guard))
+            }
+            Some(c) => {
+                let store = build_cluster_store(&config, c.member_id(), memory.quota_bytes);
+                (Arc::new(store), None)
+            }
+        };
         let mut info = ServerInfo::new(&config.name, config.advertised_urls());
+        if let Some(c) = &config.cluster {
+            info.member_id = c.member_id();
+            info.cluster_id = c.cluster_id();
+            info.peer_urls = c.advertise_peer_urls.clone();
+            info.members = c.members.clone();
+        }
         info.max_request_bytes = config.max_request_bytes;
         info.progress_notify_interval = if config.watch_progress_notify_interval.is_zero() {
             Duration::from_secs(600)
@@ -202,6 +222,14 @@ impl Server {
                     .to_string(),
             );
         }
+        let (peer_listeners, proposer) = match &config.cluster {
+            None => (Vec::new(), Proposer::Local),
+            Some(c) => {
+                let peers = bind_all(&c.listen_peer_urls).await?;
+                let node = Node::start(c, store.clone())?;
+                (peers, Proposer::Replicated(node))
+            }
+        };
         let (stop, stop_rx) = watch::channel(false);
         let metrics = Metrics::new();
         metrics.set_server_version(crate::api::ETCD_VERSION);
@@ -211,6 +239,7 @@ impl Server {
         Ok(Server {
             shared: Shared {
                 store,
+                proposer,
                 info: Arc::new(info),
                 metrics: Arc::new(metrics),
                 overload: Arc::new(Overload::new(
@@ -223,9 +252,10 @@ impl Server {
             stop,
             listeners,
             http_listeners,
+            peer_listeners,
             tls,
             config,
-            guard: boot.guard,
+            guard,
         })
     }
 
@@ -261,15 +291,46 @@ impl Server {
         let expiry = tokio::spawn(expire_leases(self.shared.clone()));
         // The safety net runs unless auto-compaction is configured or it is
         // set to 0; an exact-etcd mode would turn it off here.
-        let compactor = CompactionPolicy::from_flags(
+        let policy = CompactionPolicy::from_flags(
             self.config.auto_compaction()?,
             self.config.compaction_safety_net,
-        )
-        .map(|policy| tokio::spawn(auto_compact(store.clone(), policy, stop_rx.clone())));
+        );
+        let node = self.shared.proposer.node().cloned();
+        let policy = match (policy, &node) {
+            (Some(_), Some(_)) => {
+                // A member compacting on its own would make the members
+                // differ; a leader-only compactor is not built yet.
+                tracing::warn!(
+                    "auto-compaction and the compaction safety net are off in cluster mode \
+                     (not built yet): history is kept until a client compacts"
+                );
+                None
+            }
+            (policy, _) => policy,
+        };
+        let compactor =
+            policy.map(|policy| tokio::spawn(auto_compact(store.clone(), policy, stop_rx.clone())));
         let guard = self
             .guard
-            .needed()
-            .then(|| tokio::spawn(guard_revisions(store.clone(), self.guard, stop_rx.clone())));
+            .filter(RevisionGuard::needed)
+            .map(|g| tokio::spawn(guard_revisions(store.clone(), g, stop_rx.clone())));
+        let mut peer_servers = Vec::new();
+        if let Some(node) = &node {
+            for Bound { addr, listener, .. } in self.peer_listeners {
+                tracing::info!(%addr, "serving raft peers");
+                let service = RaftTransportServer::new(PeerService::new(node))
+                    .max_decoding_message_size(crate::cluster::MAX_BATCH_BYTES);
+                let mut stop = stop_rx.clone();
+                let router = tonic::transport::Server::builder().add_service(service);
+                peer_servers.push(tokio::spawn(async move {
+                    router
+                        .serve_with_incoming_shutdown(accept::incoming(listener), async move {
+                            crate::api::stopped(&mut stop).await;
+                        })
+                        .await
+                }));
+            }
+        }
         let snapshots = self.config.data_dir.clone().map(|dir| {
             tokio::spawn(snapshot_loop(
                 store.clone(),
@@ -377,6 +438,13 @@ impl Server {
         }
         if let Some(g) = guard {
             let _ = g.await;
+        }
+        if let Some(node) = node {
+            // Stops raft and applying; a write still waiting fails.
+            let _ = tokio::task::spawn_blocking(move || node.stop()).await;
+            for s in peer_servers {
+                let _ = tokio::time::timeout(SHUTDOWN_GRACE, s).await;
+            }
         }
         // Every request that got an answer is applied by now; fence off any
         // straggler so the final snapshot holds every acknowledged write.

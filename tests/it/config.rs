@@ -468,20 +468,33 @@ fn limits_ephd_does_not_implement_are_refused() {
 }
 
 #[test]
-fn a_cluster_naming_other_members_is_refused() {
+fn a_cluster_configuration_is_checked_as_etcd_checks_it() {
+    // With other members named, cluster mode reads the clustering flags:
+    // this member's advertised peer URLs (etcd's default
+    // http://localhost:2380) must be the ones --initial-cluster gives it.
     assert_refused(
         &[
             "--name=infra0",
             "--initial-cluster=infra0=http://10.0.1.10:2380,infra1=http://10.0.1.11:2380,infra2=http://10.0.1.12:2380",
             "--initial-cluster-state=new",
         ],
-        "--initial-cluster names other members than this one (\"infra0\"): infra1, infra2; \
-         ephd runs a single member and cluster mode is not built yet",
+        "--initial-cluster has infra0=http://10.0.1.10:2380 but missing from \
+         --initial-advertise-peer-urls=http://localhost:2380",
+    );
+    assert_refused(
+        &[
+            "--name=infra0",
+            "--initial-cluster=infra0=http://10.0.1.10:2380,infra1=http://10.0.1.11:2380",
+            "--initial-advertise-peer-urls=http://10.0.1.10:2380",
+            "--initial-cluster-state=existing",
+        ],
+        "--initial-cluster-state=existing is refused: joining an existing cluster needs \
+         membership changes",
     );
     assert_refused(
         &["--discovery=https://discovery.etcd.io/3e86b59982e49066c5d813af1c2e2579cbf573de"],
         "flag --discovery=https://discovery.etcd.io/3e86b59982e49066c5d813af1c2e2579cbf573de \
-         is refused: bootstrapping a cluster by discovery needs cluster mode",
+         is refused: ephd's cluster mode bootstraps from --initial-cluster only",
     );
 }
 

@@ -316,6 +316,98 @@ impl Server for Ephd {
     }
 }
 
+/// An ephd cluster: `n` ephd processes on loopback forming one cluster
+/// (`--initial-cluster` naming every member), started together. A member
+/// is killed (SIGKILL) by [`EphdCluster::kill`] or when the handle drops.
+pub struct EphdCluster {
+    members: Vec<Option<ClusterMember>>,
+}
+
+/// One member of an [`EphdCluster`].
+pub struct ClusterMember {
+    client_port: u16,
+    process: ServerProcess,
+}
+
+impl Server for ClusterMember {
+    fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.client_port)
+    }
+}
+
+impl EphdCluster {
+    /// Starts `n` members named `m0`.. with `extra_args` each, and waits
+    /// until every one serves gRPC (not until a leader is elected).
+    pub fn start(n: usize, extra_args: &[&str]) -> EphdCluster {
+        let ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
+        let initial = ports
+            .iter()
+            .enumerate()
+            .map(|(i, (_, peer))| format!("m{i}=http://127.0.0.1:{peer}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        // A token of this run only, so no stray member of another test can
+        // ever be taken for one of these.
+        let token = format!("it-{}-{}", std::process::id(), ports[0].0);
+        let mut members = Vec::new();
+        for (i, (client, peer)) in ports.iter().enumerate() {
+            let client_url = format!("http://127.0.0.1:{client}");
+            let peer_url = format!("http://127.0.0.1:{peer}");
+            let mut cmd = Command::new(env!("CARGO_BIN_EXE_ephd"));
+            cmd.arg(format!("--name=m{i}"))
+                .args(["--listen-client-urls", &client_url])
+                .args(["--advertise-client-urls", &client_url])
+                .args(["--listen-peer-urls", &peer_url])
+                .args(["--initial-advertise-peer-urls", &peer_url])
+                .args(["--initial-cluster", &initial])
+                .args(["--initial-cluster-token", &token])
+                .args(["--initial-cluster-state", "new"])
+                .args(extra_args);
+            members.push(ClusterMember {
+                client_port: *client,
+                process: ServerProcess::spawn("ephd cluster member", cmd),
+            });
+        }
+        for m in &mut members {
+            let endpoint = m.endpoint();
+            if let Err(e) = m.process.wait_ready(&endpoint) {
+                panic!("{e}\n{}", m.process.logs());
+            }
+        }
+        EphdCluster {
+            members: members.into_iter().map(Some).collect(),
+        }
+    }
+
+    /// Member `i`, unless it was killed.
+    pub fn member(&self, i: usize) -> Option<&ClusterMember> {
+        self.members[i].as_ref()
+    }
+
+    /// The members still running, with their indexes.
+    pub fn running(&self) -> Vec<(usize, &ClusterMember)> {
+        self.members
+            .iter()
+            .enumerate()
+            .filter_map(|(i, m)| m.as_ref().map(|m| (i, m)))
+            .collect()
+    }
+
+    /// Kills member `i` with SIGKILL and waits for it to exit.
+    pub fn kill(&mut self, i: usize) {
+        drop(self.members[i].take());
+    }
+
+    /// Every running member's log tail, for failure messages.
+    pub fn logs(&self) -> String {
+        self.running()
+            .iter()
+            .map(|(i, m)| format!("----- m{i} -----\n{}", m.process.logs()))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
 /// Locates the stock etcd server binary on PATH; `None` when not installed.
 fn find_on_path(binary: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;

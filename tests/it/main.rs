@@ -5,6 +5,7 @@
 //! tests run in parallel threads without interfering with each other.
 
 mod cli;
+mod cluster;
 mod concurrency;
 mod config;
 mod differential;

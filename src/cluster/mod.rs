@@ -1,0 +1,167 @@
+//! Cluster mode: several ephd members act as one etcd cluster, replicated
+//! by Raft (tikv's `raft` crate). CLUSTER.md has the design and what is not
+//! built yet.
+//!
+//! * [`Proposer`]: where every mutation goes. A single member applies it to
+//!   its store at once, exactly as before cluster mode existed; a cluster
+//!   member proposes it to the Raft log and answers with its own result of
+//!   applying it once committed.
+//! * `node.rs`: the Raft loop on its own thread, and the apply thread that
+//!   applies committed entries in log order through `Store::apply`.
+//! * `peers.rs` and `transport.rs`: Raft messages to and from the other
+//!   members, over a small gRPC service on the peer listener.
+//! * `entry.rs`: a store entry as the bytes of a log entry.
+//! * `logger.rs`: raft's log lines into `tracing`.
+
+pub mod entry;
+mod logger;
+mod node;
+mod peers;
+mod transport;
+
+pub use node::{Node, RaftStatus};
+pub use peers::MAX_BATCH_BYTES;
+pub use transport::PeerService;
+
+use crate::error::{Error, Result};
+use crate::mvcc::{
+    AlarmAction, AlarmMember, Applied, DeleteRequest, DeleteResponse, Entry, LeaseGrantResponse,
+    PutRequest, PutResponse, Store, TxnRequest, TxnResponse,
+};
+use std::sync::Arc;
+
+/// How often a server-chosen lease ID is re-drawn when another lease took
+/// it (the single-member path does the same in `mvcc/leases.rs`).
+const ID_ATTEMPTS: usize = 16;
+
+/// Where the gRPC services send mutations. `Local` (the default, and the
+/// only kind without `--initial-cluster` naming other members) calls the
+/// store directly, on the same path and at the same cost as before
+/// cluster mode: one branch on an enum, no allocation, no channel.
+#[derive(Clone, Default)]
+pub enum Proposer {
+    /// A single member: apply to the local store.
+    #[default]
+    Local,
+    /// A cluster member: propose to the Raft log.
+    Replicated(Arc<Node>),
+}
+
+impl Proposer {
+    /// The Raft node, in cluster mode.
+    pub fn node(&self) -> Option<&Arc<Node>> {
+        match self {
+            Proposer::Local => None,
+            Proposer::Replicated(n) => Some(n),
+        }
+    }
+
+    /// Put (see [`Store::put_async`]).
+    pub async fn put(&self, store: &Store, req: PutRequest) -> Result<PutResponse> {
+        match self {
+            Proposer::Local => store.put_async(req).await,
+            Proposer::Replicated(n) => match n.propose(Entry::Put(req)).await? {
+                Applied::Put(p) => Ok(p),
+                other => unreachable!("a put applied as {other:?}"),
+            },
+        }
+    }
+
+    /// DeleteRange (see [`Store::delete_range_async`]).
+    pub async fn delete_range(&self, store: &Store, req: DeleteRequest) -> Result<DeleteResponse> {
+        match self {
+            Proposer::Local => store.delete_range_async(req).await,
+            Proposer::Replicated(n) => match n.propose(Entry::Delete(req)).await? {
+                Applied::Delete(d) => Ok(d),
+                other => unreachable!("a delete applied as {other:?}"),
+            },
+        }
+    }
+
+    /// Txn (see [`Store::txn_async`]). In cluster mode every txn goes
+    /// through the log, read-only ones too, which makes them linearizable
+    /// (at the cost of a round of replication).
+    pub async fn txn(&self, store: &Store, req: TxnRequest) -> Result<TxnResponse> {
+        match self {
+            Proposer::Local => store.txn_async(req).await,
+            Proposer::Replicated(n) => match n.propose(Entry::Txn(req)).await? {
+                Applied::Txn(t) => Ok(t),
+                other => unreachable!("a txn applied as {other:?}"),
+            },
+        }
+    }
+
+    /// Compaction through the log; the caller runs the local one itself
+    /// (off the async workers, see the KV service), so this is for cluster
+    /// mode only.
+    pub async fn compact_replicated(node: &Node, revision: i64) -> Result<i64> {
+        match node.propose(Entry::Compact { revision }).await? {
+            Applied::Compact { revision } => Ok(revision),
+            other => unreachable!("a compaction applied as {other:?}"),
+        }
+    }
+
+    /// LeaseGrant (see [`Store::lease_grant`]); `id == 0` lets the
+    /// proposing member choose the ID, which the entry then carries.
+    pub async fn lease_grant(
+        &self,
+        store: &Store,
+        id: i64,
+        ttl: i64,
+    ) -> Result<LeaseGrantResponse> {
+        let node = match self {
+            Proposer::Local => return store.lease_grant(id, ttl),
+            Proposer::Replicated(n) => n,
+        };
+        let mut attempts = 0;
+        loop {
+            let chosen = if id == 0 { store.choose_lease_id() } else { id };
+            match node.propose(Entry::LeaseGrant { id: chosen, ttl }).await {
+                Ok(Applied::LeaseGrant { id, ttl, revision }) => {
+                    return Ok(LeaseGrantResponse { revision, id, ttl })
+                }
+                Ok(other) => unreachable!("a grant applied as {other:?}"),
+                Err(Error::LeaseExist) if id == 0 && attempts < ID_ATTEMPTS => attempts += 1,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// LeaseRevoke (see [`Store::lease_revoke_async`]).
+    pub async fn lease_revoke(&self, store: &Store, id: i64) -> Result<i64> {
+        match self {
+            Proposer::Local => store.lease_revoke_async(id).await,
+            Proposer::Replicated(n) => match n.propose(Entry::LeaseRevoke { id }).await? {
+                Applied::LeaseRevoke { revision } => Ok(revision),
+                other => unreachable!("a revoke applied as {other:?}"),
+            },
+        }
+    }
+
+    /// Alarm (see [`Store::alarm`]). Listing alarms is local in cluster
+    /// mode too: it changes nothing.
+    pub async fn alarm(
+        &self,
+        store: &Store,
+        action: AlarmAction,
+        member_id: u64,
+        alarm: i32,
+    ) -> Result<Vec<AlarmMember>> {
+        match self {
+            Proposer::Replicated(n) if action != AlarmAction::Get => {
+                match n
+                    .propose(Entry::Alarm {
+                        action,
+                        member_id,
+                        alarm,
+                    })
+                    .await?
+                {
+                    Applied::Alarm { alarms } => Ok(alarms),
+                    other => unreachable!("an alarm applied as {other:?}"),
+                }
+            }
+            _ => store.alarm(action, member_id, alarm),
+        }
+    }
+}

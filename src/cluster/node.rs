@@ -1,0 +1,498 @@
+//! The Raft node of a cluster member: raft-rs' `RawNode` driven by a thread
+//! of its own, and an apply thread that applies committed entries.
+//!
+//! * The Raft thread owns the `RawNode`: it ticks every heartbeat interval,
+//!   steps messages from peers, takes proposals, and handles each `Ready`
+//!   (messages to peers, entries into the in-memory log, committed entries
+//!   to the apply thread). Nothing else touches Raft state, and it never
+//!   waits for the store, so request load cannot delay heartbeats.
+//! * The apply thread applies committed entries in log order through
+//!   `Store::apply` (the same function a single member calls), and hands
+//!   the result of each entry this member proposed to the request waiting
+//!   for it.
+
+use super::entry;
+use super::logger;
+use super::peers::Peers;
+use crate::config::ClusterConfig;
+use crate::error::{Error, Result};
+use crate::mvcc::{Applied, Entry, Store};
+use bytes::Bytes;
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError};
+use parking_lot::Mutex;
+use raft::prelude::{Entry as LogEntry, EntryType, Message};
+use raft::storage::MemStorage;
+use raft::{RawNode, ReadOnlyOption, StateRole};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use tokio::sync::{oneshot, watch};
+
+/// Inputs the Raft thread takes; bounded, so a flood of peer messages or
+/// proposals is refused rather than queued without limit.
+const INBOX: usize = 16 * 1024;
+/// Inputs handled between two looks at the clock and at `Ready`.
+const INPUTS_PER_ROUND: usize = 1024;
+/// Largest append message to a peer (raft still sends one entry if it is
+/// larger).
+const MAX_MSG_BYTES: u64 = 1024 * 1024;
+/// Append messages in flight to one peer.
+const MAX_INFLIGHT: usize = 256;
+
+/// What the Raft thread is asked to do.
+pub(super) enum Input {
+    /// A message from a peer.
+    Step(Box<Message>),
+    /// A proposal of this member, with its number.
+    Propose { proposal: u64, data: Vec<u8> },
+    /// A ReadIndex request of this member, with its number.
+    ReadIndex { ctx: u64 },
+    /// Stop the thread.
+    Stop,
+}
+
+/// The Raft state other threads may read (for Status, the expiry task and
+/// tests), published by the Raft and apply threads.
+#[derive(Debug, Default)]
+pub struct RaftStatus {
+    leader: AtomicU64,
+    term: AtomicU64,
+    committed: AtomicU64,
+    applied: AtomicU64,
+    is_leader: AtomicBool,
+}
+
+impl RaftStatus {
+    /// The leader this member knows of, if any.
+    pub fn leader(&self) -> Option<u64> {
+        Some(self.leader.load(Ordering::Relaxed)).filter(|l| *l != 0)
+    }
+
+    /// Whether this member is the leader.
+    pub fn is_leader(&self) -> bool {
+        self.is_leader.load(Ordering::Relaxed)
+    }
+
+    /// The current term.
+    pub fn term(&self) -> u64 {
+        self.term.load(Ordering::Relaxed)
+    }
+
+    /// The highest log index known committed.
+    pub fn committed(&self) -> u64 {
+        self.committed.load(Ordering::Relaxed)
+    }
+
+    /// The highest log index applied to the store.
+    pub fn applied(&self) -> u64 {
+        self.applied.load(Ordering::Relaxed)
+    }
+}
+
+/// Requests waiting for what Raft answers them (the result of applying
+/// their proposal, or a read index), by number.
+struct Waiters<T>(Mutex<HashMap<u64, oneshot::Sender<T>>>);
+
+impl<T> Default for Waiters<T> {
+    fn default() -> Self {
+        Waiters(Mutex::new(HashMap::new()))
+    }
+}
+
+impl<T> Waiters<T> {
+    /// Registers a waiter for `number`; it is removed again when the
+    /// returned guard drops (the request is done, timed out, or its client
+    /// went away), so the map cannot grow with answers that never come.
+    fn wait(&self, number: u64) -> (oneshot::Receiver<T>, Pending<'_, T>) {
+        let (tx, rx) = oneshot::channel();
+        self.0.lock().insert(number, tx);
+        (
+            rx,
+            Pending {
+                waiters: self,
+                number,
+            },
+        )
+    }
+
+    fn finish(&self, number: u64, answer: T) {
+        if let Some(w) = self.0.lock().remove(&number) {
+            let _ = w.send(answer);
+        }
+    }
+}
+
+/// See [`Waiters::wait`].
+struct Pending<'a, T> {
+    waiters: &'a Waiters<T>,
+    number: u64,
+}
+
+impl<T> Drop for Pending<'_, T> {
+    fn drop(&mut self) {
+        self.waiters.0.lock().remove(&self.number);
+    }
+}
+
+/// A running Raft member: what proposes and what reports Raft's state.
+pub struct Node {
+    id: u64,
+    inbox: Sender<Input>,
+    waiters: Arc<Waiters<Result<Applied>>>,
+    reads: Arc<Waiters<u64>>,
+    /// Proposal and read-index numbers.
+    next_number: AtomicU64,
+    status: Arc<RaftStatus>,
+    /// The applied index, for reads waiting to reach their read index.
+    applied: Arc<watch::Sender<u64>>,
+    timeout: Duration,
+    election: Duration,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Node {
+    /// Starts the member's Raft and apply threads and its connections to
+    /// the other members (tasks on the current tokio runtime). Every member
+    /// of a new cluster starts with the same voters and an empty log.
+    pub fn start(
+        config: &ClusterConfig,
+        store: Arc<Store>,
+    ) -> std::result::Result<Arc<Node>, String> {
+        let id = config.member_id();
+        let voters: Vec<u64> = config.members.iter().map(|m| m.id).collect();
+        let storage = MemStorage::new_with_conf_state((voters, Vec::<u64>::new()));
+        let raft_config = raft::Config {
+            id,
+            heartbeat_tick: 1,
+            election_tick: config.election_ticks(),
+            pre_vote: true,
+            check_quorum: true,
+            read_only_option: ReadOnlyOption::Safe,
+            max_size_per_msg: MAX_MSG_BYTES,
+            max_inflight_msgs: MAX_INFLIGHT,
+            ..Default::default()
+        };
+        raft_config
+            .validate()
+            .map_err(|e| format!("raft settings: {e}"))?;
+        let raw = RawNode::new(&raft_config, storage, &logger::logger())
+            .map_err(|e| format!("cannot start raft: {e}"))?;
+        let peers = Peers::start(config, id);
+        let (inbox, inputs) = crossbeam_channel::bounded(INBOX);
+        let (to_apply, committed) = crossbeam_channel::unbounded();
+        let waiters = Arc::new(Waiters::default());
+        let reads = Arc::new(Waiters::default());
+        let status = Arc::new(RaftStatus::default());
+        let applied = Arc::new(watch::channel(0).0);
+        let raft_loop = RaftLoop {
+            raw,
+            inputs,
+            peers,
+            to_apply,
+            waiters: waiters.clone(),
+            reads: reads.clone(),
+            status: status.clone(),
+            tick: config.heartbeat,
+        };
+        let raft_thread = std::thread::Builder::new()
+            .name("ephd-raft".into())
+            .spawn(move || raft_loop.run())
+            .map_err(|e| format!("cannot start the raft thread: {e}"))?;
+        let applier = Applier {
+            id,
+            store,
+            waiters: waiters.clone(),
+            status: status.clone(),
+            applied: applied.clone(),
+        };
+        let apply_thread = std::thread::Builder::new()
+            .name("ephd-apply".into())
+            .spawn(move || applier.run(committed))
+            .map_err(|e| format!("cannot start the apply thread: {e}"))?;
+        tracing::info!(
+            member_id = %format_args!("{id:x}"),
+            members = config.members.len(),
+            heartbeat_ms = config.heartbeat.as_millis() as u64,
+            election_ms = config.election.as_millis() as u64,
+            "raft member started"
+        );
+        Ok(Arc::new(Node {
+            id,
+            inbox,
+            waiters,
+            reads,
+            // Proposal numbers only need to be unique per member while
+            // their entries can still be applied; a random start keeps a
+            // restarted member from reusing a number still in the log.
+            next_number: AtomicU64::new(rand::random::<u64>() >> 1),
+            status,
+            applied,
+            // etcd's request timeout: 5 s plus two election timeouts.
+            timeout: Duration::from_secs(5) + 2 * config.election,
+            election: config.election,
+            threads: Mutex::new(vec![raft_thread, apply_thread]),
+        }))
+    }
+
+    /// This member's ID.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Raft's state as this member sees it.
+    pub fn status(&self) -> &RaftStatus {
+        &self.status
+    }
+
+    /// The sender peers' messages go to (see `transport.rs`).
+    pub(super) fn inbox(&self) -> Sender<Input> {
+        self.inbox.clone()
+    }
+
+    /// Proposes `entry` and waits until this member has applied it; returns
+    /// this member's result of applying it. A proposal not applied within
+    /// the request timeout fails with `etcdserver: request timed out` and is
+    /// never proposed again (it may still commit later).
+    pub async fn propose(&self, entry: Entry) -> Result<Applied> {
+        if self.status.leader().is_none() {
+            return Err(Error::NoLeader);
+        }
+        let proposal = self.next_number.fetch_add(1, Ordering::Relaxed);
+        let data = entry::encode(self.id, proposal, entry);
+        let (rx, _pending) = self.waiters.wait(proposal);
+        self.send(Input::Propose { proposal, data })?;
+        match tokio::time::timeout(self.timeout, rx).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err(Error::Stopped),
+            Err(_) => Err(Error::Timeout),
+        }
+    }
+
+    /// Waits until a read served from this member's store after it returns
+    /// is linearizable: the leader confirms with a quorum that it is still
+    /// leader and gives its commit index (ReadIndex, `ReadOnlySafe`), and
+    /// this member waits until it has applied that index. A leader cut off
+    /// from the majority never confirms, so the read times out.
+    pub async fn read_barrier(&self) -> Result<()> {
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let index = loop {
+            if self.status.leader().is_none() {
+                return Err(Error::NoLeader);
+            }
+            let ctx = self.next_number.fetch_add(1, Ordering::Relaxed);
+            let (rx, _pending) = self.reads.wait(ctx);
+            self.send(Input::ReadIndex { ctx })?;
+            // A new leader drops read requests until it has committed an
+            // entry of its term: ask again after an election timeout.
+            let attempt = (tokio::time::Instant::now() + self.election).min(deadline);
+            match tokio::time::timeout_at(attempt, rx).await {
+                Ok(Ok(index)) => break index,
+                Ok(Err(_)) => return Err(Error::Stopped),
+                Err(_) if attempt >= deadline => return Err(Error::Timeout),
+                Err(_) => {}
+            }
+        };
+        let mut applied = self.applied.subscribe();
+        // The watch's borrow is dropped inside, so this future stays Send.
+        let reached = async move { applied.wait_for(|a| *a >= index).await.is_ok() };
+        match tokio::time::timeout_at(deadline, reached).await {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(Error::Stopped),
+            Err(_) => Err(Error::Timeout),
+        }
+    }
+
+    fn send(&self, input: Input) -> Result<()> {
+        match self.inbox.try_send(input) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Full(_)) => Err(Error::TooManyRequests),
+            Err(TrySendError::Disconnected(_)) => Err(Error::Stopped),
+        }
+    }
+
+    /// Stops the Raft and apply threads (blocking until they end); waiting
+    /// requests fail with `etcdserver: server stopped`.
+    pub fn stop(&self) {
+        let _ = self.inbox.send(Input::Stop);
+        for t in self.threads.lock().drain(..) {
+            let _ = t.join();
+        }
+        self.waiters.0.lock().clear();
+        self.reads.0.lock().clear();
+    }
+}
+
+/// The Raft thread's state.
+struct RaftLoop {
+    raw: RawNode<MemStorage>,
+    inputs: Receiver<Input>,
+    peers: Peers,
+    to_apply: Sender<Vec<LogEntry>>,
+    waiters: Arc<Waiters<Result<Applied>>>,
+    reads: Arc<Waiters<u64>>,
+    status: Arc<RaftStatus>,
+    tick: Duration,
+}
+
+impl RaftLoop {
+    fn run(mut self) {
+        let mut next_tick = Instant::now() + self.tick;
+        loop {
+            let wait = next_tick.saturating_duration_since(Instant::now());
+            match self.inputs.recv_timeout(wait) {
+                Ok(input) => {
+                    if !self.take(input) {
+                        return;
+                    }
+                    for _ in 0..INPUTS_PER_ROUND {
+                        match self.inputs.try_recv() {
+                            Ok(input) => {
+                                if !self.take(input) {
+                                    return;
+                                }
+                            }
+                            Err(_) => break,
+                        }
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return,
+            }
+            let now = Instant::now();
+            if now >= next_tick {
+                self.raw.tick();
+                next_tick += self.tick;
+                if next_tick < now {
+                    // The thread was held up for more than a tick: do not
+                    // tick in a burst to catch up.
+                    next_tick = now + self.tick;
+                }
+            }
+            self.on_ready();
+            self.publish();
+        }
+    }
+
+    /// Takes one input; false to stop.
+    fn take(&mut self, input: Input) -> bool {
+        match input {
+            Input::Step(m) => {
+                // A message from an unknown or stale peer is dropped by raft.
+                if let Err(e) = self.raw.step(*m) {
+                    tracing::debug!(error = %e, "raft message dropped");
+                }
+            }
+            Input::Propose { proposal, data } => {
+                if self.raw.propose(Vec::new(), data).is_err() {
+                    // No leader to forward to (an election is running), or
+                    // a leadership transfer is under way.
+                    self.waiters.finish(proposal, Err(Error::NoLeader));
+                }
+            }
+            Input::ReadIndex { ctx } => self.raw.read_index(ctx.to_be_bytes().to_vec()),
+            Input::Stop => return false,
+        }
+        true
+    }
+
+    /// Handles a `Ready` in raft-rs' order: messages a leader may send at
+    /// once, committed entries, new entries into the log, the hard state,
+    /// messages that had to wait for them, then the light ready.
+    fn on_ready(&mut self) {
+        if !self.raw.has_ready() {
+            return;
+        }
+        let mut rd = self.raw.ready();
+        self.peers.send_all(rd.take_messages());
+        for rs in rd.take_read_states() {
+            if let Ok(ctx) = <[u8; 8]>::try_from(rs.request_ctx.as_slice()) {
+                self.reads.finish(u64::from_be_bytes(ctx), rs.index);
+            }
+        }
+        if !rd.snapshot().is_empty() {
+            // Snapshots are not built yet: no member sends one.
+            tracing::error!("raft delivered a snapshot, which ephd does not make yet");
+        }
+        self.apply(rd.take_committed_entries());
+        if !rd.entries().is_empty() {
+            if let Err(e) = self.raw.mut_store().wl().append(rd.entries()) {
+                tracing::error!(error = %e, "cannot append to the raft log");
+            }
+        }
+        if let Some(hs) = rd.hs() {
+            self.raw.mut_store().wl().set_hardstate(hs.clone());
+        }
+        self.peers.send_all(rd.take_persisted_messages());
+        let mut light = self.raw.advance(rd);
+        if let Some(commit) = light.commit_index() {
+            self.raw
+                .mut_store()
+                .wl()
+                .mut_hard_state()
+                .set_commit(commit);
+        }
+        self.peers.send_all(light.take_messages());
+        self.apply(light.take_committed_entries());
+        self.raw.advance_apply();
+    }
+
+    /// Hands committed entries to the apply thread, in order.
+    fn apply(&self, entries: Vec<LogEntry>) {
+        if let Some(last) = entries.last() {
+            self.status
+                .committed
+                .store(last.get_index(), Ordering::Relaxed);
+            let _ = self.to_apply.send(entries);
+        }
+    }
+
+    fn publish(&self) {
+        let raft = &self.raw.raft;
+        self.status.leader.store(raft.leader_id, Ordering::Relaxed);
+        self.status.term.store(raft.term, Ordering::Relaxed);
+        self.status
+            .is_leader
+            .store(raft.state == StateRole::Leader, Ordering::Relaxed);
+    }
+}
+
+/// The apply thread's state.
+struct Applier {
+    id: u64,
+    store: Arc<Store>,
+    waiters: Arc<Waiters<Result<Applied>>>,
+    status: Arc<RaftStatus>,
+    applied: Arc<watch::Sender<u64>>,
+}
+
+impl Applier {
+    fn run(self, committed: Receiver<Vec<LogEntry>>) {
+        for batch in committed {
+            for mut e in batch {
+                if e.get_entry_type() == EntryType::EntryNormal && !e.get_data().is_empty() {
+                    self.apply_one(e.get_index(), e.take_data());
+                }
+                // Empty entries (a new leader's first) and configuration
+                // changes (none yet) change nothing in the store.
+                self.status.applied.store(e.get_index(), Ordering::Relaxed);
+            }
+            self.applied.send_replace(self.status.applied());
+        }
+    }
+
+    fn apply_one(&self, index: u64, data: Bytes) {
+        match entry::decode(data) {
+            Ok(p) => {
+                let result = self.store.apply_replicated(p.entry);
+                if p.proposer == self.id {
+                    self.waiters.finish(p.proposal, result);
+                }
+            }
+            // Every member fails the same way on the same bytes, so the
+            // stores stay the same; the proposer times out.
+            Err(e) => tracing::error!(index, error = %e, "raft entry skipped"),
+        }
+    }
+}

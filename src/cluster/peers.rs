@@ -1,0 +1,107 @@
+//! Raft messages to the other members: one client channel per peer, with a
+//! bounded queue drained by one task, which sends what has queued up as one
+//! batch per call to the peer's `ephd.internal.RaftTransport` service
+//! (`transport.rs`). Messages are encoded with raft-rs' own protobuf types.
+//! When the queue is full or the peer is unreachable, messages are dropped:
+//! Raft is built for a lossy network and retries (heartbeats, append
+//! probes), so the Raft thread never waits for a peer.
+
+use crate::config::ClusterConfig;
+use crate::proto::ephd::internal::{raft_transport_client::RaftTransportClient, RaftBatch};
+use bytes::Bytes;
+use protobuf::Message as _;
+use raft::prelude::Message;
+use std::collections::HashMap;
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// Messages queued for one peer at most.
+const QUEUE: usize = 4096;
+/// Most messages in one batch.
+const BATCH_MESSAGES: usize = 512;
+/// Most bytes in one batch (a single larger message is sent alone).
+const BATCH_BYTES: usize = 8 * 1024 * 1024;
+/// Largest batch a member accepts: a few batches' worth.
+pub const MAX_BATCH_BYTES: usize = 4 * BATCH_BYTES;
+/// How long one connection attempt to a peer may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long one batch may take to be delivered.
+const SEND_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The sending side: a queue per peer.
+pub(super) struct Peers {
+    queues: HashMap<u64, mpsc::Sender<Bytes>>,
+}
+
+impl Peers {
+    /// Starts one sender task per other member, on the current tokio
+    /// runtime.
+    pub(super) fn start(config: &ClusterConfig, me: u64) -> Peers {
+        let mut queues = HashMap::new();
+        for m in config.members.iter().filter(|m| m.id != me) {
+            let (tx, rx) = mpsc::channel(QUEUE);
+            let url = m.peer_urls[0].clone();
+            tokio::spawn(send_loop(m.name.clone(), url, rx));
+            queues.insert(m.id, tx);
+        }
+        Peers { queues }
+    }
+
+    /// Queues `msgs` for their peers; drops what does not fit.
+    pub(super) fn send_all(&self, msgs: Vec<Message>) {
+        for m in msgs {
+            let Some(queue) = self.queues.get(&m.get_to()) else {
+                continue;
+            };
+            match m.write_to_bytes() {
+                Ok(bytes) => {
+                    let _ = queue.try_send(Bytes::from(bytes));
+                }
+                Err(e) => tracing::error!(error = %e, "cannot encode a raft message"),
+            }
+        }
+    }
+}
+
+/// Sends what is queued for one peer, a batch per call, until the Raft
+/// thread drops the queue.
+async fn send_loop(name: String, url: String, mut queue: mpsc::Receiver<Bytes>) {
+    let channel = match tonic::transport::Endpoint::from_shared(url.clone()) {
+        Ok(ep) => ep
+            .connect_timeout(CONNECT_TIMEOUT)
+            .timeout(SEND_TIMEOUT)
+            .tcp_nodelay(true)
+            .connect_lazy(),
+        Err(e) => {
+            tracing::error!(peer = %name, url = %url, error = %e, "invalid peer URL");
+            return;
+        }
+    };
+    let mut client = RaftTransportClient::new(channel).max_encoding_message_size(MAX_BATCH_BYTES);
+    let mut reachable = true;
+    while let Some(first) = queue.recv().await {
+        let mut bytes = first.len();
+        let mut messages = vec![first];
+        while messages.len() < BATCH_MESSAGES && bytes < BATCH_BYTES {
+            match queue.try_recv() {
+                Ok(m) => {
+                    bytes += m.len();
+                    messages.push(m);
+                }
+                Err(_) => break,
+            }
+        }
+        match client.send(RaftBatch { messages }).await {
+            Ok(_) if !reachable => {
+                reachable = true;
+                tracing::info!(peer = %name, url = %url, "peer reachable again");
+            }
+            Ok(_) => {}
+            Err(e) if reachable => {
+                reachable = false;
+                tracing::warn!(peer = %name, url = %url, error = %e, "peer unreachable; raft messages to it are dropped until it answers");
+            }
+            Err(_) => {}
+        }
+    }
+}

@@ -1,0 +1,395 @@
+//! Cluster mode: three ephd processes on loopback form one cluster. Writes
+//! through any member are applied by every member at the same revision,
+//! linearizable reads through any member see every acknowledged write, and
+//! after the leader is killed the other two elect a new leader and keep
+//! accepting writes. Every kind of write through a follower (lease grants
+//! with server-chosen IDs, txn, delete, revoke, compaction) leaves every
+//! member the same, and a lease expiry decided by the leader is applied
+//! everywhere at one revision.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use ephd::proto::etcdserverpb::{
+    compare, request_op, CompactionRequest, Compare, DeleteRangeRequest, LeaseGrantRequest,
+    LeaseLeasesRequest, LeaseRevokeRequest, MemberListRequest, PutRequest, RangeRequest,
+    RangeResponse, RequestOp, StatusRequest, TxnRequest,
+};
+use ephd::proto::mvccpb::KeyValue;
+
+use crate::harness::{ClusterMember, EphdCluster, Server};
+use crate::support::within;
+
+/// Faster than etcd's defaults (100 ms, 1 s) so elections take less test
+/// time; still the 1:5 ratio etcd requires at least.
+const TIMING: &[&str] = &["--heartbeat-interval=50", "--election-timeout=500"];
+
+/// How long a leader election or the spread of a write may take at most.
+const SETTLE: Duration = Duration::from_secs(15);
+
+/// (member ID, leader ID, raft term) as member `m` reports them in Status.
+async fn status(m: &ClusterMember) -> Option<(u64, u64, u64)> {
+    let mut client = m.maintenance().await;
+    let s = tokio::time::timeout(Duration::from_secs(2), client.status(StatusRequest {}))
+        .await
+        .ok()?
+        .ok()?
+        .into_inner();
+    Some((s.header?.member_id, s.leader, s.raft_term))
+}
+
+/// Waits until every running member reports the same leader, which is one
+/// of them (and not `not`); returns the leader's index and its member ID.
+async fn agreed_leader(cluster: &EphdCluster, not: Option<u64>) -> (usize, u64) {
+    let deadline = Instant::now() + SETTLE;
+    let mut last = Vec::new();
+    while Instant::now() < deadline {
+        last.clear();
+        for (i, m) in cluster.running() {
+            last.push((i, status(m).await));
+        }
+        let leaders: BTreeSet<u64> = last.iter().map(|(_, s)| s.map_or(0, |s| s.1)).collect();
+        if let (1, Some(&leader)) = (leaders.len(), leaders.iter().next()) {
+            let at = last
+                .iter()
+                .find(|(_, s)| s.is_some_and(|s| s.0 == leader))
+                .map(|(i, _)| *i);
+            if let Some(i) = at.filter(|_| Some(leader) != not && leader != 0) {
+                return (i, leader);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!(
+        "no agreed leader within {SETTLE:?}: {last:?}\n{}",
+        cluster.logs()
+    );
+}
+
+/// Puts `key` through `m`, retrying while the member answers that it has
+/// no leader yet (a fresh leader is not known to every member at once);
+/// returns the revision of the put.
+async fn put(m: &ClusterMember, key: &str, value: &str) -> i64 {
+    let mut kv = m.kv().await;
+    let deadline = Instant::now() + SETTLE;
+    loop {
+        let req = PutRequest {
+            key: key.as_bytes().to_vec().into(),
+            value: value.as_bytes().to_vec().into(),
+            ..Default::default()
+        };
+        match within("put", kv.put(req)).await {
+            Ok(r) => return r.into_inner().header.expect("header").revision,
+            Err(s) if s.message() == "etcdserver: no leader" && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(s) => panic!("put {key} through {}: {s:?}", m.endpoint()),
+        }
+    }
+}
+
+/// A linearizable read of `key` through `m` (its header revision, and the
+/// key if present).
+async fn linearizable_get(m: &ClusterMember, key: &str) -> (i64, Option<KeyValue>) {
+    let mut kv = m.kv().await;
+    let req = RangeRequest {
+        key: key.as_bytes().to_vec().into(),
+        ..Default::default()
+    };
+    let resp = within("linearizable range", kv.range(req))
+        .await
+        .unwrap_or_else(|s| panic!("linearizable get {key} through {}: {s:?}", m.endpoint()))
+        .into_inner();
+    (
+        resp.header.expect("header").revision,
+        resp.kvs.into_iter().next(),
+    )
+}
+
+/// A serializable (local) read of every key on `m`.
+async fn all_keys(m: &ClusterMember) -> RangeResponse {
+    let mut kv = m.kv().await;
+    let req = RangeRequest {
+        key: vec![0].into(),
+        range_end: vec![0].into(),
+        serializable: true,
+        ..Default::default()
+    };
+    within("range", kv.range(req))
+        .await
+        .expect("range")
+        .into_inner()
+}
+
+/// Waits until every running member has applied revision `rev`, then
+/// checks that they all hold the very same keys, values and revisions.
+async fn same_everywhere(cluster: &EphdCluster, rev: i64) -> Vec<KeyValue> {
+    let deadline = Instant::now() + SETTLE;
+    let mut views = Vec::new();
+    for (i, m) in cluster.running() {
+        let resp = loop {
+            let resp = all_keys(m).await;
+            let at = resp.header.as_ref().expect("header").revision;
+            if at >= rev {
+                break resp;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "m{i} still at revision {at}, not {rev}\n{}",
+                cluster.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        views.push((i, resp.header.expect("header").revision, resp.kvs));
+    }
+    let (first, first_rev, first_kvs) = &views[0];
+    for (i, at, kvs) in &views[1..] {
+        assert_eq!(
+            (at, kvs),
+            (first_rev, first_kvs),
+            "m{i} differs from m{first}"
+        );
+    }
+    first_kvs.clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_members_replicate_writes_and_survive_the_loss_of_the_leader() {
+    let mut cluster = EphdCluster::start(3, TIMING);
+
+    // Every member sees the same members, with the same IDs.
+    let mut lists = Vec::new();
+    for (_, m) in cluster.running() {
+        let mut c = m.cluster().await;
+        let list = within("member list", c.member_list(MemberListRequest::default()))
+            .await
+            .expect("member list")
+            .into_inner();
+        let mut ids: Vec<(u64, String)> =
+            list.members.into_iter().map(|m| (m.id, m.name)).collect();
+        ids.sort();
+        lists.push(ids);
+    }
+    assert_eq!(lists[0].len(), 3, "{lists:?}");
+    assert!(lists.iter().all(|l| *l == lists[0]), "{lists:?}");
+
+    let (leader, leader_id) = agreed_leader(&cluster, None).await;
+
+    // A put through each member, the leader and both followers: each gets
+    // the next revision, and every member applies it.
+    let mut last = 0;
+    for i in 0..3 {
+        let m = cluster.member(i).unwrap();
+        let rev = put(m, &format!("key-{i}"), &format!("value-{i}")).await;
+        assert!(rev > last, "revisions go up: {rev} after {last}");
+        last = rev;
+        // Linearizable: once acknowledged, every member's linearizable read
+        // sees it at once (each waits for its read index to be applied).
+        for (j, other) in cluster.running() {
+            let (at, kv) = linearizable_get(other, &format!("key-{i}")).await;
+            assert!(at >= rev, "m{j} answered at revision {at}, before {rev}");
+            assert_eq!(kv.map(|kv| kv.mod_revision), Some(rev), "m{j}");
+        }
+        let kvs = same_everywhere(&cluster, rev).await;
+        let kv = kvs
+            .iter()
+            .find(|kv| kv.key == format!("key-{i}").as_bytes())
+            .unwrap_or_else(|| panic!("key-{i} missing: {kvs:?}"));
+        assert_eq!(
+            (kv.value.as_ref(), kv.mod_revision, kv.version),
+            (format!("value-{i}").as_bytes(), rev, 1)
+        );
+    }
+    assert_eq!(same_everywhere(&cluster, last).await.len(), 3);
+
+    // Kill the leader: the other two elect a new one and accept writes
+    // through either of them.
+    cluster.kill(leader);
+    let (new_leader, new_id) = agreed_leader(&cluster, Some(leader_id)).await;
+    assert_ne!((new_leader, new_id), (leader, leader_id));
+    let survivors: Vec<usize> = cluster.running().iter().map(|(i, _)| *i).collect();
+    assert_eq!(survivors.len(), 2);
+    for i in survivors {
+        let m = cluster.member(i).unwrap();
+        let rev = put(m, "after-failover", &format!("through-m{i}")).await;
+        assert!(rev > last, "revisions go up: {rev} after {last}");
+        last = rev;
+        for (j, other) in cluster.running() {
+            let (_, kv) = linearizable_get(other, "after-failover").await;
+            assert_eq!(kv.map(|kv| kv.mod_revision), Some(rev), "m{j}");
+        }
+        let kvs = same_everywhere(&cluster, rev).await;
+        let kv = kvs
+            .iter()
+            .find(|kv| kv.key.as_ref() == b"after-failover")
+            .expect("after-failover present");
+        assert_eq!(
+            (kv.value.as_ref(), kv.mod_revision),
+            (format!("through-m{i}").as_bytes(), rev)
+        );
+    }
+    // Nothing acknowledged before the failover was lost.
+    let kvs = same_everywhere(&cluster, last).await;
+    for i in 0..3 {
+        assert!(
+            kvs.iter().any(|kv| kv.key == format!("key-{i}").as_bytes()),
+            "key-{i} lost: {kvs:?}"
+        );
+    }
+}
+
+/// The lease IDs `m` lists, sorted.
+async fn leases(m: &ClusterMember) -> Vec<i64> {
+    let mut c = m.lease().await;
+    let mut ids: Vec<i64> = within("lease list", c.lease_leases(LeaseLeasesRequest {}))
+        .await
+        .expect("lease leases")
+        .into_inner()
+        .leases
+        .into_iter()
+        .map(|l| l.id)
+        .collect();
+    ids.sort_unstable();
+    ids
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_kind_of_write_through_a_follower_replicates_and_leases_expire_once() {
+    let cluster = EphdCluster::start(3, TIMING);
+    let (leader, _) = agreed_leader(&cluster, None).await;
+    let follower = cluster.member((leader + 1) % 3).unwrap();
+    let leader = cluster.member(leader).unwrap();
+    put(follower, "warm-up", "x").await;
+
+    // Lease IDs chosen by the proposing member are the same everywhere.
+    let mut lease = follower.lease().await;
+    let short = within(
+        "grant",
+        lease.lease_grant(LeaseGrantRequest { ttl: 2, id: 0 }),
+    )
+    .await
+    .expect("grant through a follower")
+    .into_inner()
+    .id;
+    let mut leader_lease = leader.lease().await;
+    let long = within(
+        "grant",
+        leader_lease.lease_grant(LeaseGrantRequest { ttl: 600, id: 0 }),
+    )
+    .await
+    .expect("grant through the leader")
+    .into_inner()
+    .id;
+    let mut kv = follower.kv().await;
+    for (key, id) in [("leased", short), ("long", long)] {
+        within(
+            "put with lease",
+            kv.put(PutRequest {
+                key: key.as_bytes().to_vec().into(),
+                value: b"v".to_vec().into(),
+                lease: id,
+                ..Default::default()
+            }),
+        )
+        .await
+        .expect("put with lease");
+    }
+    let mut expected = vec![short, long];
+    expected.sort_unstable();
+    for (i, m) in cluster.running() {
+        assert_eq!(leases(m).await, expected, "m{i}");
+    }
+
+    // A txn, a delete and a compaction, all through the follower.
+    let txn = within(
+        "txn",
+        kv.txn(TxnRequest {
+            compare: vec![Compare {
+                result: compare::CompareResult::Equal as i32,
+                target: compare::CompareTarget::Version as i32,
+                key: b"leased".to_vec().into(),
+                target_union: Some(compare::TargetUnion::Version(1)),
+                ..Default::default()
+            }],
+            success: vec![RequestOp {
+                request: Some(request_op::Request::RequestPut(PutRequest {
+                    key: b"txn-key".to_vec().into(),
+                    value: b"txn".to_vec().into(),
+                    ..Default::default()
+                })),
+            }],
+            failure: vec![],
+        }),
+    )
+    .await
+    .expect("txn")
+    .into_inner();
+    assert!(txn.succeeded);
+    within(
+        "delete",
+        kv.delete_range(DeleteRangeRequest {
+            key: b"warm-up".to_vec().into(),
+            ..Default::default()
+        }),
+    )
+    .await
+    .expect("delete");
+    let rev = within(
+        "revoke",
+        lease.lease_revoke(LeaseRevokeRequest { id: long }),
+    )
+    .await
+    .expect("revoke through a follower")
+    .into_inner()
+    .header
+    .expect("header")
+    .revision;
+    within(
+        "compact",
+        kv.compact(CompactionRequest {
+            revision: rev - 1,
+            physical: false,
+        }),
+    )
+    .await
+    .expect("compact through a follower");
+    let kvs = same_everywhere(&cluster, rev).await;
+    let keys: Vec<&[u8]> = kvs.iter().map(|kv| kv.key.as_ref()).collect();
+    assert_eq!(keys, [&b"leased"[..], b"txn-key"]);
+    for (i, m) in cluster.running() {
+        let mut c = m.kv().await;
+        let old = c
+            .range(RangeRequest {
+                key: b"txn-key".to_vec().into(),
+                revision: 1,
+                serializable: true,
+                ..Default::default()
+            })
+            .await;
+        let status = old.expect_err("compacted everywhere");
+        assert_eq!(
+            status.message(),
+            "etcdserver: mvcc: required revision has been compacted",
+            "m{i}"
+        );
+    }
+
+    // The short lease expires (decided by the leader, applied by all):
+    // its key goes at exactly one revision after the last write.
+    let deadline = Instant::now() + SETTLE;
+    loop {
+        let kvs = all_keys(leader).await;
+        if !kvs.kvs.iter().any(|kv| kv.key.as_ref() == b"leased") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "lease {short} never expired");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let kvs = same_everywhere(&cluster, rev + 1).await;
+    assert_eq!(kvs.len(), 1, "{kvs:?}");
+    for (i, m) in cluster.running() {
+        assert_eq!(leases(m).await, Vec::<i64>::new(), "m{i}");
+        let at = all_keys(m).await.header.expect("header").revision;
+        assert_eq!(at, rev + 1, "m{i}: one revoke, once");
+    }
+}
