@@ -5,6 +5,9 @@
 # stock etcdctl, and the etcd-client dev-dependency compiles etcd's protos
 # with a system protoc; so this installs what is missing first:
 #   - etcd-server + etcd-client (scripts/install-etcd.sh),
+#   - promtool, Debian package `prometheus`, whose service is not started
+#     (scripts/install-promtool.sh; tests/it/metrics.rs runs etcd's alert
+#     rules with it),
 #   - protobuf-compiler + libprotobuf-dev (protoc and its well-known types).
 # Before any test it runs the lint gates, each of which fails the run:
 #   - cargo fmt --all -- --check
@@ -16,6 +19,11 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/install-etcd.sh
 command -v etcd >/dev/null && command -v etcdctl >/dev/null || {
   echo "test.sh: etcd/etcdctl still missing after scripts/install-etcd.sh" >&2
+  exit 1
+}
+bash scripts/install-promtool.sh
+command -v promtool >/dev/null || {
+  echo "test.sh: promtool still missing after scripts/install-promtool.sh" >&2
   exit 1
 }
 

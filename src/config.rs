@@ -1,6 +1,15 @@
 //! Command-line flags. Names follow etcd's where they overlap so operators
 //! can reuse what they know; every flag can also be set from an `EPHD_*`
-//! environment variable (handy in containers).
+//! environment variable (handy in containers) or from etcd's `ETCD_*` one,
+//! and `--config-file` reads etcd's YAML configuration file. etcd flags that
+//! mean nothing for an in-memory single member are accepted with a warning
+//! ([`etcd`]); [`load`] puts the sources together as etcd does.
+
+mod etcd;
+mod load;
+mod yaml;
+
+pub use load::{load, load_from, LoadError, Loaded, Notice};
 
 use clap::Parser;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -12,9 +21,18 @@ use std::time::Duration;
 #[command(
     name = "ephd",
     version,
-    about = "In-memory, etcd-v3-compatible store for Kubernetes' ephemeral resources"
+    about = "In-memory, etcd-v3-compatible store for Kubernetes' ephemeral resources",
+    after_help = "Every flag can also be set from ETCD_<FLAG> (etcd's names: --max-txn-ops is \
+ETCD_MAX_TXN_OPS). etcd 3.4's other flags are accepted with a warning saying why they do \
+not apply, or refused when they set something ephd does not implement (README, Configuration)."
 )]
 pub struct Config {
+    /// etcd's YAML configuration file (the format of etcd's
+    /// `etcd.conf.yml.sample`). As in etcd, when it is given every other
+    /// flag and environment variable is ignored.
+    #[arg(long, env = "EPHD_CONFIG_FILE")]
+    pub config_file: Option<PathBuf>,
+
     /// Human-readable member name, reported by MemberList.
     #[arg(long, env = "EPHD_NAME", default_value = "default")]
     pub name: String,
@@ -70,7 +88,7 @@ pub struct Config {
     /// snapshot's revision) like etcd, implies `--strict-restore`, and is
     /// refused when the previous run held kube-apiserver's `compact_rev_key`
     /// and this start would lose it.
-    #[arg(long, env = "EPHD_REVISION_CONTINUITY", default_value_t = true, action = clap::ArgAction::Set)]
+    #[arg(long, env = "EPHD_REVISION_CONTINUITY", default_value_t = true, action = clap::ArgAction::Set, value_parser = parse_bool)]
     pub revision_continuity: bool,
 
     /// Refuse to start when the newest snapshot in `--data-dir` (or the
@@ -78,7 +96,7 @@ pub struct Config {
     /// Without it, ephd moves the damaged file aside, restores the next
     /// older snapshot or starts empty above every known revision, and logs
     /// an ERROR saying what was lost.
-    #[arg(long, env = "EPHD_STRICT_RESTORE", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    #[arg(long, env = "EPHD_STRICT_RESTORE", default_value_t = false, action = clap::ArgAction::Set, value_parser = parse_bool, num_args = 0..=1, default_missing_value = "true")]
     pub strict_restore: bool,
 
     /// Adopt a lease ID that a put names but ephd does not know, with this TTL
@@ -164,18 +182,61 @@ pub struct Config {
     pub trusted_ca_file: Option<PathBuf>,
 
     /// Require a client certificate signed by `--trusted-ca-file`.
-    #[arg(long, env = "EPHD_CLIENT_CERT_AUTH", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    #[arg(long, env = "EPHD_CLIENT_CERT_AUTH", default_value_t = false, action = clap::ArgAction::Set, value_parser = parse_bool, num_args = 0..=1, default_missing_value = "true")]
     pub client_cert_auth: bool,
 
-    /// Log filter (tracing syntax: error, warn, info, debug, or per-module directives).
+    /// Log filter (tracing syntax: error, warn, info, debug, or per-module
+    /// directives); etcd's `panic` and `fatal` mean `error`.
     #[arg(long, env = "EPHD_LOG_LEVEL", default_value = "info")]
     pub log_level: String,
+
+    /// etcd's deprecated switch for debug logging: the same as
+    /// `--log-level=debug`.
+    #[arg(long, env = "EPHD_DEBUG", default_value_t = false, action = clap::ArgAction::Set, value_parser = parse_bool, num_args = 0..=1, default_missing_value = "true")]
+    pub debug: bool,
+
+    /// Where logs go, comma-separated: `stderr` (also etcd's `default`),
+    /// `stdout`, or file paths (appended to); several outputs get every line.
+    #[arg(
+        long,
+        env = "EPHD_LOG_OUTPUTS",
+        default_value = "default",
+        value_delimiter = ','
+    )]
+    pub log_outputs: Vec<String>,
+
+    /// Most concurrent gRPC streams one client connection may open (HTTP/2
+    /// SETTINGS_MAX_CONCURRENT_STREAMS), as etcd's flag.
+    #[arg(long, env = "EPHD_MAX_CONCURRENT_STREAMS", default_value_t = u32::MAX)]
+    pub max_concurrent_streams: u32,
+
+    /// How long a connection may be idle before the server pings the client
+    /// to check it is alive (Go duration syntax); 0 turns the pings off.
+    #[arg(long, env = "EPHD_GRPC_KEEPALIVE_INTERVAL", default_value = "2h", value_parser = parse_duration)]
+    pub grpc_keepalive_interval: Duration,
+
+    /// How long the server waits for the answer to a keepalive ping before
+    /// closing the connection; 0 waits forever.
+    #[arg(long, env = "EPHD_GRPC_KEEPALIVE_TIMEOUT", default_value = "20s", value_parser = parse_duration)]
+    pub grpc_keepalive_timeout: Duration,
 }
 
 impl Config {
     /// The configuration with all defaults, as if run with no flags.
     pub fn defaults() -> Self {
         Config::parse_from(["ephd"])
+    }
+
+    /// The tracing filter to log with: `--debug` wins (as in etcd), and
+    /// etcd's `panic` and `fatal` levels, which tracing lacks, mean `error`.
+    pub fn log_filter(&self) -> String {
+        if self.debug {
+            return "debug".to_string();
+        }
+        match self.log_level.trim() {
+            "panic" | "fatal" | "dpanic" => "error".to_string(),
+            other => other.to_string(),
+        }
     }
 
     /// The URLs to advertise: `--advertise-client-urls`, or the listen URLs.
@@ -249,6 +310,13 @@ impl Config {
             }
         }
     }
+}
+
+/// Parses a boolean as Go's `strconv.ParseBool` does (`1`, `t`, `true`,
+/// `TRUE`, `True`, `0`, `f`, ...), which etcd's boolean flags and `ETCD_*`
+/// variables use.
+pub fn parse_bool(s: &str) -> Result<bool, String> {
+    etcd::go_bool(s)
 }
 
 /// Parses Go's duration syntax (`1h30m`, `10s`, `250ms`, `0`), which etcd's

@@ -19,7 +19,7 @@ use crate::api::{
     Overload, SendPreEncoded, ServerInfo, Shared, WatchService,
 };
 use crate::config::{listen_addr, Config};
-use crate::metrics::Metrics;
+use crate::metrics::{grpc::GrpcMetricsLayer, Metrics};
 use crate::mvcc::Store;
 use crate::proto::etcdserverpb::{
     auth_server::AuthServer, cluster_server::ClusterServer, kv_server::KvServer,
@@ -142,6 +142,7 @@ impl Server {
         };
         let (stop, stop_rx) = watch::channel(false);
         let metrics = Metrics::new();
+        metrics.set_server_version(crate::api::ETCD_VERSION);
         metrics
             .quota_backend_bytes
             .set(memory.quota_bytes.unwrap_or(-1));
@@ -259,12 +260,18 @@ impl Server {
                     .tls_config(cfg)
                     .map_err(|e| format!("invalid TLS settings: {e}"))?;
             }
+            // Metrics outermost: they see the status the other layers leave.
             let router = builder
+                .layer(GrpcMetricsLayer(shared.metrics.grpc.clone()))
                 .layer(GrpcGoLimits)
                 .layer(SendPreEncoded)
-                .max_concurrent_streams(Some(u32::MAX))
-                .http2_keepalive_interval(Some(Duration::from_secs(2 * 3600)))
-                .http2_keepalive_timeout(Some(Duration::from_secs(20)))
+                .max_concurrent_streams(Some(self.config.max_concurrent_streams))
+                .http2_keepalive_interval(
+                    Some(self.config.grpc_keepalive_interval).filter(|d| !d.is_zero()),
+                )
+                .http2_keepalive_timeout(
+                    Some(self.config.grpc_keepalive_timeout).filter(|d| !d.is_zero()),
+                )
                 .add_service(
                     KvServer::new(KvService(shared.clone()))
                         .max_decoding_message_size(decode_limit)

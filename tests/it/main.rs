@@ -6,6 +6,7 @@
 
 mod cli;
 mod concurrency;
+mod config;
 mod differential;
 mod etcdctl;
 mod harness;
@@ -15,6 +16,7 @@ mod layout;
 mod lease;
 mod limits;
 mod maintenance;
+mod metrics;
 mod operations;
 mod overload;
 mod quota;

@@ -22,7 +22,7 @@ fn openssl(dir: &Path, args: &[&str]) {
 }
 
 /// A CA, a server certificate for 127.0.0.1 and a client certificate.
-fn make_certs(dir: &Path) {
+pub(crate) fn make_certs(dir: &Path) {
     std::fs::write(
         dir.join("san.ext"),
         "subjectAltName=IP:127.0.0.1,DNS:localhost\n",

@@ -1,10 +1,15 @@
 //! Prometheus metrics under etcd's names, so existing etcd dashboards and
-//! alerts work against ephd. Counters are bumped by the gRPC adapters;
-//! gauges are read from the store at scrape time.
+//! alerts (etcd's `contrib/mixin`) work against ephd. Counters are bumped
+//! by the gRPC adapters and by the gRPC metrics layer ([`grpc`]); gauges
+//! are read from the store at scrape time. README.md, "Metrics", lists what
+//! is served and which etcd metrics stay absent, and why.
+
+pub mod grpc;
 
 use crate::mvcc::Store;
-use prometheus::{Encoder, IntCounter, IntGauge, Registry, TextEncoder};
+use prometheus::{Encoder, IntCounter, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 /// All metrics of one server.
 pub struct Metrics {
@@ -37,6 +42,16 @@ pub struct Metrics {
     /// Range requests shed with "too many requests"
     /// (`ephd_shed_requests_total`).
     pub shed_total: IntCounter,
+    /// The gRPC server metrics and client traffic counters, shared with the
+    /// layer that keeps them.
+    pub grpc: Arc<grpc::GrpcMetrics>,
+    /// Proposals that failed (`etcd_server_proposals_failed_total`). Stays
+    /// 0: without consensus a write is applied or refused before it would
+    /// have been proposed, which etcd does not count as a failed proposal.
+    pub proposals_failed: IntCounter,
+    proposals_committed: IntGauge,
+    proposals_applied: IntGauge,
+    server_version: IntGaugeVec,
     db_total: IntGauge,
     db_in_use: IntGauge,
     keys: IntGauge,
@@ -89,7 +104,53 @@ impl Metrics {
             "Whether this member is leader (always 1).",
         );
         is_leader.set(1);
+        let learner = gauge(
+            &r,
+            "etcd_server_is_learner",
+            "Whether or not this member is a learner. 1 if is, 0 otherwise.",
+        );
+        learner.set(0);
+        // A single member became leader once, when it started.
+        counter(
+            &r,
+            "etcd_server_leader_changes_seen_total",
+            "The number of leader changes seen.",
+        )
+        .inc();
+        gauge(
+            &r,
+            "etcd_server_proposals_pending",
+            "The current number of pending proposals to commit (always 0: writes apply as they arrive).",
+        );
+        let version = IntGaugeVec::new(
+            Opts::new(
+                "etcd_server_version",
+                "Which version is running. 1 for 'server_version' label with current version.",
+            ),
+            &["server_version"],
+        )
+        .expect("valid metric");
+        r.register(Box::new(version.clone()))
+            .expect("unique metric");
+        let grpc = Arc::new(grpc::GrpcMetrics::new(&r).expect("valid gRPC metrics"));
         Metrics {
+            server_version: version,
+            grpc,
+            proposals_failed: counter(
+                &r,
+                "etcd_server_proposals_failed_total",
+                "The total number of failed proposals seen.",
+            ),
+            proposals_committed: gauge(
+                &r,
+                "etcd_server_proposals_committed_total",
+                "The total number of consensus proposals committed (writes applied).",
+            ),
+            proposals_applied: gauge(
+                &r,
+                "etcd_server_proposals_applied_total",
+                "The total number of consensus proposals applied (writes applied).",
+            ),
             range_total: counter(&r, "etcd_mvcc_range_total", "Total number of ranges seen."),
             put_total: counter(&r, "etcd_mvcc_put_total", "Total number of puts seen."),
             delete_total: counter(
@@ -173,6 +234,14 @@ impl Metrics {
         }
     }
 
+    /// Sets `etcd_server_version{server_version=...}` to 1 for `version`,
+    /// the etcd version the server reports (the api layer owns it; the
+    /// metrics do not depend on the api layer).
+    pub fn set_server_version(&self, version: &str) {
+        self.server_version.reset();
+        self.server_version.with_label_values(&[version]).set(1);
+    }
+
     /// Renders every metric in Prometheus' text format.
     pub fn render(&self, store: &Store) -> String {
         let stats = store.stats();
@@ -182,6 +251,9 @@ impl Metrics {
         self.current_rev.set(store.current_revision());
         self.compact_rev.set(store.compacted_revision().max(0));
         self.leases.set(store.lease_count() as i64);
+        let applied = stats.applied_index.load(Ordering::Relaxed) as i64;
+        self.proposals_committed.set(applied);
+        self.proposals_applied.set(applied);
         let mut buf = Vec::new();
         let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);
         String::from_utf8(buf).unwrap_or_default()

@@ -1,0 +1,528 @@
+//! etcd 3.4's server flags that ephd does not implement as settings of its
+//! own: each is either accepted with a one-line warning saying why it does
+//! not apply to an in-memory single member, or refused when its value asks
+//! for something ephd does not do (a limit, a check, a cluster). Nothing is
+//! dropped silently, so an etcd command line, env file or kubeadm manifest
+//! either runs with the same meaning or stops with a clear message.
+//!
+//! The flags ephd implements (`--name`, `--listen-client-urls`,
+//! `--quota-backend-bytes`, `--max-request-bytes`, TLS, logging, ...) are
+//! fields of [`Config`](super::Config) instead.
+
+use super::parse_duration;
+use clap::{Arg, ArgMatches, Command};
+
+/// The syntax of a flag's value, checked as etcd's Go flag parser would, so
+/// a typo is refused even for a flag whose value is ignored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Kind {
+    /// Go `strconv.ParseBool`; the bare flag means `true`.
+    Bool,
+    /// A non-negative integer.
+    Uint,
+    /// Go duration syntax (`100ms`, `5s`).
+    Duration,
+    /// Any text.
+    Text,
+    /// One of these words.
+    OneOf(&'static [&'static str]),
+}
+
+/// What ephd does with a flag.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Effect {
+    /// Accepted at any value, with a warning giving this reason.
+    Ignored(&'static str),
+    /// Accepted (with a warning giving `ignored`) while `accepts` holds for
+    /// the value, i.e. while it asks for nothing ephd would have to do;
+    /// refused with `refused` otherwise.
+    Only {
+        accepts: fn(&str) -> bool,
+        ignored: &'static str,
+        refused: &'static str,
+    },
+}
+
+/// One etcd flag that ephd accepts without a setting of its own.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Compat {
+    /// The long flag name, without dashes, as etcd spells it.
+    pub name: &'static str,
+    pub kind: Kind,
+    pub effect: Effect,
+}
+
+const NO_RAFT: &str = "ephd runs a single member without raft";
+const NO_PEERS: &str =
+    "ephd has no peer listener: it runs a single member (cluster mode is not built yet)";
+const NO_BACKEND: &str = "ephd has no bbolt backend: writes apply in memory at once";
+const NO_WAL: &str = "ephd keeps no write-ahead log";
+const NO_AUTH: &str = "auth is always disabled in ephd";
+const NO_PROXY: &str = "ephd has no v2 proxy";
+const NO_V2: &str = "ephd serves only the v3 API";
+const NO_DISCOVERY: &str =
+    "bootstrapping a cluster by discovery needs cluster mode, which ephd does not have yet";
+
+fn is_empty(v: &str) -> bool {
+    v.trim().is_empty()
+}
+
+fn is_false(v: &str) -> bool {
+    go_bool(v) == Ok(false)
+}
+
+/// etcd 3.4's flags that are not [`Config`](super::Config) fields, plus
+/// three later ones that etcd's sample configuration file and kubeadm use
+/// (`--feature-gates`, `--tls-min-version`, `--tls-max-version`,
+/// `--self-signed-cert-validity`).
+pub(super) const COMPAT: &[Compat] = &[
+    // Raft, WAL and backend tuning: nothing of it exists in ephd.
+    c("wal-dir", Kind::Text, Effect::Ignored(NO_WAL)),
+    c(
+        "snapshot-count",
+        Kind::Uint,
+        Effect::Ignored(
+            "ephd writes snapshots on a timer (--snapshot-interval, with --data-dir), not after a number of transactions",
+        ),
+    ),
+    c(
+        "max-snapshots",
+        Kind::Uint,
+        Effect::Ignored("ephd keeps its two newest snapshots"),
+    ),
+    c("max-wals", Kind::Uint, Effect::Ignored(NO_WAL)),
+    c("heartbeat-interval", Kind::Uint, Effect::Ignored(NO_RAFT)),
+    c("election-timeout", Kind::Uint, Effect::Ignored(NO_RAFT)),
+    c("initial-election-tick-advance", Kind::Bool, Effect::Ignored(NO_RAFT)),
+    c("pre-vote", Kind::Bool, Effect::Ignored(NO_RAFT)),
+    c(
+        "strict-reconfig-check",
+        Kind::Bool,
+        Effect::Ignored("ephd serves no membership changes"),
+    ),
+    c("backend-batch-interval", Kind::Duration, Effect::Ignored(NO_BACKEND)),
+    c("backend-batch-limit", Kind::Uint, Effect::Ignored(NO_BACKEND)),
+    c(
+        "experimental-backend-bbolt-freelist-type",
+        Kind::OneOf(&["array", "map"]),
+        Effect::Ignored(NO_BACKEND),
+    ),
+    c(
+        "experimental-compaction-batch-limit",
+        Kind::Uint,
+        Effect::Ignored("ephd's compaction frees memory, it deletes no bbolt keys in batches"),
+    ),
+    c(
+        "experimental-initial-corrupt-check",
+        Kind::Bool,
+        Effect::Ignored(
+            "there is no on-disk database to check (snapshots carry checksums, checked when loaded)",
+        ),
+    ),
+    c(
+        "experimental-corrupt-check-time",
+        Kind::Duration,
+        Effect::Ignored("a single member has no peers to compare hashes with"),
+    ),
+    c(
+        "experimental-enable-lease-checkpoint",
+        Kind::Bool,
+        Effect::Ignored("leases live in one process: there is no leader change to survive"),
+    ),
+    c(
+        "experimental-warning-apply-duration",
+        Kind::Duration,
+        Effect::Ignored("ephd does not time applies"),
+    ),
+    // Clustering. --initial-cluster is checked by `check_initial_cluster`.
+    c("listen-peer-urls", Kind::Text, Effect::Ignored(NO_PEERS)),
+    c("initial-advertise-peer-urls", Kind::Text, Effect::Ignored(NO_PEERS)),
+    c(
+        "initial-cluster-state",
+        Kind::OneOf(&["new", "existing"]),
+        Effect::Ignored("ephd runs a single member"),
+    ),
+    c(
+        "initial-cluster-token",
+        Kind::Text,
+        Effect::Ignored("ephd runs a single member"),
+    ),
+    c(
+        "force-new-cluster",
+        Kind::Bool,
+        Effect::Ignored("ephd is always a one-member cluster"),
+    ),
+    c(
+        "discovery",
+        Kind::Text,
+        Effect::Only {
+            accepts: is_empty,
+            ignored: "it is empty",
+            refused: NO_DISCOVERY,
+        },
+    ),
+    c(
+        "discovery-srv",
+        Kind::Text,
+        Effect::Only {
+            accepts: is_empty,
+            ignored: "it is empty",
+            refused: NO_DISCOVERY,
+        },
+    ),
+    c("discovery-srv-name", Kind::Text, Effect::Ignored(NO_DISCOVERY)),
+    c(
+        "discovery-fallback",
+        Kind::OneOf(&["exit", "proxy"]),
+        Effect::Ignored(NO_DISCOVERY),
+    ),
+    c("discovery-proxy", Kind::Text, Effect::Ignored(NO_DISCOVERY)),
+    c("peer-cert-file", Kind::Text, Effect::Ignored(NO_PEERS)),
+    c("peer-key-file", Kind::Text, Effect::Ignored(NO_PEERS)),
+    c("peer-client-cert-auth", Kind::Bool, Effect::Ignored(NO_PEERS)),
+    c("peer-trusted-ca-file", Kind::Text, Effect::Ignored(NO_PEERS)),
+    c("peer-cert-allowed-cn", Kind::Text, Effect::Ignored(NO_PEERS)),
+    c("peer-cert-allowed-hostname", Kind::Text, Effect::Ignored(NO_PEERS)),
+    c("peer-auto-tls", Kind::Bool, Effect::Ignored(NO_PEERS)),
+    c("peer-crl-file", Kind::Text, Effect::Ignored(NO_PEERS)),
+    c(
+        "experimental-peer-skip-client-san-verification",
+        Kind::Bool,
+        Effect::Ignored(NO_PEERS),
+    ),
+    // gRPC: --max-concurrent-streams and the keepalive ping are implemented.
+    c(
+        "grpc-keepalive-min-time",
+        Kind::Duration,
+        Effect::Only {
+            accepts: |v| parse_duration(v) == Ok(std::time::Duration::from_secs(5)),
+            ignored: "5s is etcd's default, and ephd's HTTP/2 server enforces no minimum client ping interval",
+            refused: "ephd's HTTP/2 server does not enforce a minimum client ping interval",
+        },
+    ),
+    // Client security: restrictions ephd does not check are refused.
+    c(
+        "auto-tls",
+        Kind::Bool,
+        Effect::Only {
+            accepts: is_false,
+            ignored: "it is false",
+            refused: "ephd does not generate certificates: give --cert-file and --key-file",
+        },
+    ),
+    c(
+        "client-crl-file",
+        Kind::Text,
+        Effect::Only {
+            accepts: is_empty,
+            ignored: "it is empty",
+            refused: "ephd does not check certificate revocation lists",
+        },
+    ),
+    c(
+        "client-cert-allowed-hostname",
+        Kind::Text,
+        Effect::Only {
+            accepts: is_empty,
+            ignored: "it is empty",
+            refused: "ephd does not check the hostnames of client certificates",
+        },
+    ),
+    c(
+        "cipher-suites",
+        Kind::Text,
+        Effect::Only {
+            accepts: is_empty,
+            ignored: "it is empty",
+            refused: "ephd cannot restrict its TLS cipher suites (it offers rustls' ECDHE suites with AEAD ciphers only)",
+        },
+    ),
+    c(
+        "tls-min-version",
+        Kind::Text,
+        Effect::Only {
+            accepts: |v| is_empty(v) || v.trim() == "TLS1.2",
+            ignored: "ephd offers TLS 1.2 and 1.3",
+            refused: "ephd always offers TLS 1.2 and 1.3 and cannot raise the minimum",
+        },
+    ),
+    c(
+        "tls-max-version",
+        Kind::Text,
+        Effect::Only {
+            accepts: |v| is_empty(v) || v.trim() == "TLS1.3",
+            ignored: "ephd offers TLS 1.2 and 1.3",
+            refused: "ephd always offers TLS 1.2 and 1.3 and cannot lower the maximum",
+        },
+    ),
+    c(
+        "self-signed-cert-validity",
+        Kind::Uint,
+        Effect::Ignored("ephd does not generate certificates"),
+    ),
+    c(
+        "cors",
+        Kind::Text,
+        Effect::Ignored("ephd serves no HTTP API to browsers (no v2 API, no gRPC gateway)"),
+    ),
+    c(
+        "host-whitelist",
+        Kind::Text,
+        Effect::Ignored("ephd serves no HTTP API to browsers (no v2 API, no gRPC gateway)"),
+    ),
+    // Auth is never enabled, so its settings never apply.
+    c("auth-token", Kind::Text, Effect::Ignored(NO_AUTH)),
+    c("bcrypt-cost", Kind::Uint, Effect::Ignored(NO_AUTH)),
+    c("auth-token-ttl", Kind::Uint, Effect::Ignored(NO_AUTH)),
+    // v2 API and proxy: not served, so turning them on is refused.
+    c(
+        "enable-v2",
+        Kind::Bool,
+        Effect::Only {
+            accepts: is_false,
+            ignored: NO_V2,
+            refused: NO_V2,
+        },
+    ),
+    c(
+        "experimental-enable-v2v3",
+        Kind::Text,
+        Effect::Only {
+            accepts: is_empty,
+            ignored: NO_V2,
+            refused: NO_V2,
+        },
+    ),
+    c(
+        "proxy",
+        Kind::OneOf(&["off", "readonly", "on"]),
+        Effect::Only {
+            accepts: |v| v == "off",
+            ignored: NO_PROXY,
+            refused: NO_PROXY,
+        },
+    ),
+    c("proxy-failure-wait", Kind::Uint, Effect::Ignored(NO_PROXY)),
+    c("proxy-refresh-interval", Kind::Uint, Effect::Ignored(NO_PROXY)),
+    c("proxy-dial-timeout", Kind::Uint, Effect::Ignored(NO_PROXY)),
+    c("proxy-write-timeout", Kind::Uint, Effect::Ignored(NO_PROXY)),
+    c("proxy-read-timeout", Kind::Uint, Effect::Ignored(NO_PROXY)),
+    // Monitoring and logging.
+    c(
+        "enable-pprof",
+        Kind::Bool,
+        Effect::Ignored("ephd is not a Go program and has no pprof endpoint"),
+    ),
+    c(
+        "metrics",
+        Kind::OneOf(&["basic", "extensive"]),
+        Effect::Ignored("ephd exports one set of metrics"),
+    ),
+    c(
+        "logger",
+        Kind::OneOf(&["zap", "capnslog"]),
+        Effect::Ignored("ephd writes one log format"),
+    ),
+    c(
+        "log-package-levels",
+        Kind::Text,
+        Effect::Ignored("use --log-level's per-module directives"),
+    ),
+    c(
+        "feature-gates",
+        Kind::Text,
+        Effect::Ignored("etcd's feature gates switch etcd features; none changes ephd"),
+    ),
+];
+
+const fn c(name: &'static str, kind: Kind, effect: Effect) -> Compat {
+    Compat { name, kind, effect }
+}
+
+/// The compat entry named `name`, if any.
+pub(super) fn find(name: &str) -> Option<&'static Compat> {
+    COMPAT.iter().find(|c| c.name == name)
+}
+
+/// Go's `strconv.ParseBool`, which etcd's boolean flags use.
+pub(super) fn go_bool(v: &str) -> Result<bool, String> {
+    match v {
+        "1" | "t" | "T" | "true" | "TRUE" | "True" => Ok(true),
+        "0" | "f" | "F" | "false" | "FALSE" | "False" => Ok(false),
+        _ => Err(format!("invalid boolean value {v:?}")),
+    }
+}
+
+/// Checks a value's syntax for `kind`; the value itself is kept as text.
+fn check_kind(kind: Kind, v: &str) -> Result<(), String> {
+    match kind {
+        Kind::Bool => go_bool(v).map(drop),
+        Kind::Uint => v
+            .parse::<u64>()
+            .map(drop)
+            .map_err(|_| format!("invalid value {v:?}: not a non-negative integer")),
+        Kind::Duration => parse_duration(v).map(drop),
+        Kind::Text => Ok(()),
+        Kind::OneOf(words) => {
+            if words.contains(&v) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "invalid value {v:?}: use one of {}",
+                    words.join(", ")
+                ))
+            }
+        }
+    }
+}
+
+/// `cmd` with every compat flag and `--initial-cluster` added, hidden from
+/// `--help` (README lists them) so the help stays about what ephd does.
+pub(super) fn add_compat_args(mut cmd: Command) -> Command {
+    for compat in COMPAT {
+        let kind = compat.kind;
+        let mut arg = Arg::new(compat.name)
+            .long(compat.name)
+            .hide(true)
+            .value_parser(move |v: &str| check_kind(kind, v).map(|()| v.to_string()));
+        if kind == Kind::Bool {
+            // Go's boolean flags take `--flag` or `--flag=false`, never
+            // `--flag false`.
+            arg = arg
+                .num_args(0..=1)
+                .require_equals(true)
+                .default_missing_value("true");
+        }
+        cmd = cmd.arg(arg);
+    }
+    cmd.arg(
+        Arg::new("initial-cluster")
+            .long("initial-cluster")
+            .hide(true)
+            .value_parser(clap::builder::NonEmptyStringValueParser::new()),
+    )
+}
+
+/// The value a compat flag was given, if it was.
+fn given<'m>(matches: &'m ArgMatches, name: &str) -> Option<&'m String> {
+    matches.try_get_one::<String>(name).ok().flatten()
+}
+
+/// Judges every compat flag that was given: the warnings to log, or the
+/// first refusal.
+pub(super) fn judge(matches: &ArgMatches, member: &str) -> Result<Vec<String>, String> {
+    let mut warnings = Vec::new();
+    for compat in COMPAT {
+        let Some(value) = given(matches, compat.name) else {
+            continue;
+        };
+        let name = compat.name;
+        match compat.effect {
+            Effect::Ignored(reason) => warnings.push(ignored(name, reason)),
+            Effect::Only {
+                accepts,
+                ignored: reason,
+                refused,
+            } => {
+                if accepts(value) {
+                    warnings.push(ignored(name, reason));
+                } else {
+                    return Err(format!("flag --{name}={value} is refused: {refused}"));
+                }
+            }
+        }
+    }
+    if let Some(cluster) = given(matches, "initial-cluster") {
+        warnings.push(check_initial_cluster(cluster, member)?);
+    }
+    Ok(warnings)
+}
+
+/// The one-line warning for an accepted, ignored flag.
+fn ignored(name: &str, reason: &str) -> String {
+    format!("flag --{name} is accepted for etcd compatibility and ignored: {reason}")
+}
+
+/// `--initial-cluster` (`name=peerURL,...`) may name this member only: a
+/// cluster of one is what ephd is, anything else would be taken for a
+/// cluster that does not exist.
+fn check_initial_cluster(value: &str, member: &str) -> Result<String, String> {
+    let mut others = Vec::new();
+    for entry in value.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let Some((name, url)) = entry.split_once('=') else {
+            return Err(format!(
+                "--initial-cluster {value:?}: {entry:?} is not name=peerURL"
+            ));
+        };
+        if url.trim().is_empty() {
+            return Err(format!(
+                "--initial-cluster {value:?}: {entry:?} has no peer URL"
+            ));
+        }
+        if name != member && !others.contains(&name) {
+            others.push(name);
+        }
+    }
+    if !others.is_empty() {
+        return Err(format!(
+            "--initial-cluster names other members than this one ({member:?}): {}; ephd runs a \
+             single member and cluster mode is not built yet, so give --initial-cluster only this \
+             member (or leave it out)",
+            others.join(", ")
+        ));
+    }
+    Ok(ignored(
+        "initial-cluster",
+        "it names only this member, and ephd is a one-member cluster",
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn go_booleans_parse_like_strconv() {
+        for t in ["1", "t", "T", "true", "TRUE", "True"] {
+            assert_eq!(go_bool(t), Ok(true));
+        }
+        for f in ["0", "f", "F", "false", "FALSE", "False"] {
+            assert_eq!(go_bool(f), Ok(false));
+        }
+        assert!(go_bool("yes").is_err());
+    }
+
+    #[test]
+    fn compat_names_are_unique_and_not_config_fields() {
+        use clap::CommandFactory;
+        let cmd = super::super::Config::command();
+        for (i, c) in COMPAT.iter().enumerate() {
+            assert!(
+                COMPAT[..i].iter().all(|o| o.name != c.name),
+                "{} twice",
+                c.name
+            );
+            assert!(
+                cmd.get_arguments().all(|a| a.get_long() != Some(c.name)),
+                "{} is also a Config field",
+                c.name
+            );
+        }
+    }
+
+    #[test]
+    fn initial_cluster_may_name_only_this_member() {
+        assert!(check_initial_cluster("m1=https://10.0.0.1:2380", "m1").is_ok());
+        assert!(
+            check_initial_cluster("m1=https://10.0.0.1:2380,m1=https://[::1]:2380", "m1").is_ok()
+        );
+        let e = check_initial_cluster(
+            "m1=https://10.0.0.1:2380,m2=https://10.0.0.2:2380,m3=https://10.0.0.3:2380",
+            "m1",
+        )
+        .unwrap_err();
+        assert!(e.contains("m2, m3") && e.contains("cluster mode"), "{e}");
+        assert!(check_initial_cluster("default=http://localhost:2380", "m1").is_err());
+        assert!(check_initial_cluster("m1", "m1").is_err());
+    }
+}

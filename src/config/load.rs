@@ -1,0 +1,556 @@
+//! Puts ephd's configuration together from its sources the way etcd 3.4
+//! does, so an etcd command line, env file or configuration file carries
+//! over unchanged:
+//!
+//! * With `--config-file` (or `ETCD_CONFIG_FILE`/`EPHD_CONFIG_FILE`), the
+//!   file is the whole configuration: other flags and environment variables
+//!   are ignored, with an info line saying so (etcd's rule).
+//! * Otherwise command-line flags, then environment variables: `ETCD_<FLAG>`
+//!   for every flag (the name upper-cased, `-` → `_`) and ephd's own
+//!   `EPHD_*` names. A flag given both on the command line and as
+//!   `ETCD_<FLAG>` is refused, as etcd refuses it ("conflicting environment
+//!   variable ... is shadowed"); an `EPHD_*` variable is overridden by the
+//!   flag, as before. An `ETCD_*` variable that names no flag gets etcd's
+//!   "unrecognized environment variable" warning.
+//! * etcd flags without an ephd setting are judged by [`super::etcd`]:
+//!   ignored with a warning, or refused.
+//!
+//! Nothing is logged here: logging is set up from the result, so what
+//! loading has to say comes back as [`Notice`]s for the caller to log.
+
+use super::etcd::{self, Kind};
+use super::yaml::{self, ValueKind};
+use super::Config;
+use clap::parser::ValueSource;
+use clap::{Arg, ArgMatches, Command, CommandFactory, FromArgMatches};
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::fmt;
+use std::path::PathBuf;
+
+/// Something loading has to tell the operator, logged once logging is set
+/// up (with the level it names).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Notice {
+    /// Logged at INFO, e.g. which environment variables were used.
+    Info(String),
+    /// Logged at WARN, e.g. an etcd flag that is accepted and ignored.
+    Warn(String),
+}
+
+/// The loaded configuration and what to log about it.
+#[derive(Debug)]
+pub struct Loaded {
+    /// The configuration to run with.
+    pub config: Config,
+    /// What to log about it, in order, once logging is set up.
+    pub notices: Vec<Notice>,
+}
+
+/// Why no configuration could be loaded.
+#[derive(Debug)]
+pub enum LoadError {
+    /// From the command line, including `--help` and `--version`, which clap
+    /// prints and exits for ([`clap::Error::exit`]).
+    Clap(clap::Error),
+    /// A refused flag, a conflicting or invalid environment variable, or a
+    /// bad configuration file.
+    Invalid(String),
+}
+
+impl fmt::Display for LoadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LoadError::Clap(e) => write!(f, "{e}"),
+            LoadError::Invalid(m) => f.write_str(m),
+        }
+    }
+}
+
+/// Loads the configuration from this process' arguments and environment.
+pub fn load() -> Result<Loaded, LoadError> {
+    let env: Vec<(String, String)> = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .collect();
+    load_from(std::env::args_os(), &env)
+}
+
+/// Flags ephd implements whose values are durations: a configuration file
+/// gives them in nanoseconds, as etcd's does. (The compat flags' kinds say
+/// it for themselves.)
+const DURATION_FLAGS: &[&str] = &[
+    "experimental-watch-progress-notify-interval",
+    "snapshot-interval",
+    "compaction-safety-net",
+    "overload-queue-timeout",
+    "grpc-keepalive-interval",
+    "grpc-keepalive-timeout",
+];
+
+/// Flags ephd implements whose values are booleans: a configuration file
+/// may give them as YAML 1.1 words (`yes`, `on`), as etcd's parser reads them.
+const BOOL_FLAGS: &[&str] = &[
+    "client-cert-auth",
+    "strict-restore",
+    "revision-continuity",
+    "debug",
+];
+
+/// Loads the configuration from `args` (the first is the program name) and
+/// the `ETCD_*` variables of `env`. ephd's own `EPHD_*` variables are read
+/// by clap from the process environment.
+pub fn load_from<I, T>(args: I, env: &[(String, String)]) -> Result<Loaded, LoadError>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    let cmd = command();
+    let cli = cmd
+        .clone()
+        .try_get_matches_from(&args)
+        .map_err(LoadError::Clap)?;
+    let mut notices = Vec::new();
+    let file = cli
+        .get_one::<PathBuf>("config_file")
+        .cloned()
+        .or_else(|| env_value(env, "ETCD_CONFIG_FILE").map(PathBuf::from));
+    let matches = match &file {
+        Some(path) => from_file(&cmd, path, &mut notices)?,
+        None => {
+            let extra = env_flags(&cmd, &cli, env, &mut notices)?;
+            cmd.try_get_matches_from(args.iter().cloned().chain(extra))
+                .map_err(LoadError::Clap)?
+        }
+    };
+    let mut config = Config::from_arg_matches(&matches).map_err(LoadError::Clap)?;
+    config.config_file = file;
+    let warnings = etcd::judge(&matches, &config.name).map_err(LoadError::Invalid)?;
+    notices.extend(warnings.into_iter().map(Notice::Warn));
+    Ok(Loaded { config, notices })
+}
+
+/// ephd's flags plus etcd's compat flags. Like Go's flag package, a flag
+/// given twice takes its last value.
+fn command() -> Command {
+    etcd::add_compat_args(Config::command()).args_override_self(true)
+}
+
+/// `cmd` without its `EPHD_*` environment variables, for parses that must
+/// see only the flags they are handed.
+fn bare(cmd: &Command) -> Command {
+    cmd.clone().mut_args(|a| a.env(None))
+}
+
+fn env_value<'e>(env: &'e [(String, String)], name: &str) -> Option<&'e str> {
+    env.iter()
+        .find(|(k, v)| k == name && !v.is_empty())
+        .map(|(_, v)| v.as_str())
+}
+
+/// The first line of a clap error, without its `error: ` prefix.
+fn clap_message(e: &clap::Error) -> String {
+    let text = e.to_string();
+    let line = text.lines().next().unwrap_or_default();
+    line.strip_prefix("error: ").unwrap_or(line).to_string()
+}
+
+/// Every long name (and alias) of `cmd`'s settable flags.
+fn flags_by_name(cmd: &Command) -> HashMap<String, &Arg> {
+    let mut map = HashMap::new();
+    for arg in cmd.get_arguments() {
+        if matches!(arg.get_id().as_str(), "help" | "version") {
+            continue;
+        }
+        for name in arg
+            .get_long()
+            .into_iter()
+            .chain(arg.get_all_aliases().unwrap_or_default())
+        {
+            map.insert(name.to_string(), arg);
+        }
+    }
+    map
+}
+
+/// What a flag's value looks like, for the configuration file.
+fn value_kind(arg: &Arg) -> ValueKind {
+    let name = arg.get_long().unwrap_or_default();
+    if let Some(compat) = etcd::find(name) {
+        return match compat.kind {
+            Kind::Bool => ValueKind::Bool,
+            Kind::Duration => ValueKind::Duration,
+            _ => ValueKind::Other,
+        };
+    }
+    if BOOL_FLAGS.contains(&name) {
+        ValueKind::Bool
+    } else if DURATION_FLAGS.contains(&name) {
+        ValueKind::Duration
+    } else {
+        ValueKind::Other
+    }
+}
+
+/// Checks one flag on its own, so an error can name where the value came
+/// from (`what`) rather than a flag the operator never typed.
+fn check_one(bare: &Command, flag: &str, value: &str, what: &str) -> Result<(), LoadError> {
+    bare.clone()
+        .try_get_matches_from(["ephd".to_string(), format!("--{flag}={value}")])
+        .map(drop)
+        .map_err(|e| {
+            LoadError::Invalid(format!(
+                "invalid value {value:?} for {what}: {}",
+                clap_message(&e)
+            ))
+        })
+}
+
+/// The configuration in the YAML file at `path`, as matches of `cmd`.
+fn from_file(
+    cmd: &Command,
+    path: &std::path::Path,
+    notices: &mut Vec<Notice>,
+) -> Result<ArgMatches, LoadError> {
+    let shown = path.display().to_string();
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| LoadError::Invalid(format!("cannot read configuration file {shown}: {e}")))?;
+    let bare = bare(cmd);
+    let by_name = flags_by_name(&bare);
+    let kind = |flag: &str| -> Option<ValueKind> {
+        if flag == "config-file" {
+            return None;
+        }
+        by_name.get(flag).map(|arg| value_kind(arg))
+    };
+    let file = yaml::parse(&shown, &text, &kind).map_err(LoadError::Invalid)?;
+    notices.push(Notice::Info(format!(
+        "loading server configuration from {shown:?}; other configuration command line flags \
+         and environment variables are ignored if provided"
+    )));
+    notices.extend(file.warnings.into_iter().map(Notice::Warn));
+    let mut argv = vec!["ephd".to_string()];
+    for (flag, value) in &file.flags {
+        check_one(
+            &bare,
+            flag,
+            value,
+            &format!("{flag} in configuration file {shown}"),
+        )?;
+        argv.push(format!("--{flag}={value}"));
+    }
+    bare.try_get_matches_from(argv).map_err(|e| {
+        LoadError::Invalid(format!("configuration file {shown}: {}", clap_message(&e)))
+    })
+}
+
+/// The `--flag=value` arguments that `env`'s `ETCD_*` variables stand for.
+fn env_flags(
+    cmd: &Command,
+    cli: &ArgMatches,
+    env: &[(String, String)],
+    notices: &mut Vec<Notice>,
+) -> Result<Vec<OsString>, LoadError> {
+    let bare = bare(cmd);
+    let mut by_env: HashMap<String, &Arg> = HashMap::new();
+    for (name, arg) in flags_by_name(cmd) {
+        by_env.insert(
+            format!("ETCD_{}", name.to_uppercase().replace('-', "_")),
+            arg,
+        );
+    }
+    let mut vars: Vec<&(String, String)> = env
+        .iter()
+        .filter(|(k, v)| k.starts_with("ETCD_") && !v.is_empty())
+        .collect();
+    vars.sort();
+    let mut extra = Vec::new();
+    for (key, value) in vars {
+        let Some(arg) = by_env.get(key.as_str()) else {
+            notices.push(Notice::Warn(format!(
+                "unrecognized environment variable {key}={value}"
+            )));
+            continue;
+        };
+        let flag = arg.get_long().unwrap_or_default();
+        match cli.value_source(arg.get_id().as_str()) {
+            Some(ValueSource::CommandLine) => {
+                return Err(LoadError::Invalid(format!(
+                    "conflicting environment variable {key:?} is shadowed by corresponding \
+                     command-line flag --{flag} (either unset environment variable or disable flag)"
+                )))
+            }
+            Some(ValueSource::EnvVariable) => {
+                let ephd = arg
+                    .get_env()
+                    .and_then(|n| n.to_str())
+                    .unwrap_or_default()
+                    .to_string();
+                let ephd_value = env_value(env, &ephd);
+                if ephd_value != Some(value.as_str()) {
+                    return Err(LoadError::Invalid(format!(
+                        "conflicting environment variables {key}={value} and {ephd}={}: both set --{flag}; unset one",
+                        ephd_value.unwrap_or_default()
+                    )));
+                }
+            }
+            _ => {}
+        }
+        check_one(&bare, flag, value, key)?;
+        notices.push(Notice::Info(format!(
+            "recognized and used environment variable {key}={value}"
+        )));
+        extra.push(OsString::from(format!("--{flag}={value}")));
+    }
+    Ok(extra)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn env(vars: &[(&str, &str)]) -> Vec<(String, String)> {
+        vars.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn load(args: &[&str], vars: &[(&str, &str)]) -> Result<Loaded, LoadError> {
+        let mut argv = vec!["ephd"];
+        argv.extend_from_slice(args);
+        load_from(argv, &env(vars))
+    }
+
+    fn invalid(r: Result<Loaded, LoadError>) -> String {
+        match r {
+            Err(LoadError::Invalid(m)) => m,
+            Err(LoadError::Clap(e)) => panic!("clap error, not a refusal: {e}"),
+            Ok(l) => panic!("loaded: {:?}", l.config),
+        }
+    }
+
+    fn warnings(l: &Loaded) -> Vec<&str> {
+        l.notices
+            .iter()
+            .filter_map(|n| match n {
+                Notice::Warn(w) => Some(w.as_str()),
+                Notice::Info(_) => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn etcd_env_vars_set_flags() {
+        let l = load(
+            &[],
+            &[
+                ("ETCD_NAME", "m1"),
+                (
+                    "ETCD_LISTEN_CLIENT_URLS",
+                    "http://127.0.0.1:1,http://127.0.0.1:2",
+                ),
+                ("ETCD_CLIENT_CERT_AUTH", "true"),
+                ("ETCD_MAX_REQUEST_BYTES", "1000"),
+                ("ETCD_EXPERIMENTAL_WATCH_PROGRESS_NOTIFY_INTERVAL", "5s"),
+                ("ETCD_DATA_DIR", ""),
+                ("ETCDCTL_API", "3"),
+                ("PATH", "/bin"),
+            ],
+        )
+        .unwrap();
+        let c = &l.config;
+        assert_eq!(c.name, "m1");
+        assert_eq!(
+            c.listen_client_urls,
+            ["http://127.0.0.1:1", "http://127.0.0.1:2"]
+        );
+        assert!(c.client_cert_auth);
+        assert_eq!(c.max_request_bytes, 1000);
+        assert_eq!(c.watch_progress_notify_interval, Duration::from_secs(5));
+        assert_eq!(c.data_dir, None);
+        let go = load(&[], &[("ETCD_CLIENT_CERT_AUTH", "1"), ("ETCD_DEBUG", "T")]).unwrap();
+        assert!(go.config.client_cert_auth && go.config.debug);
+        assert!(warnings(&l).is_empty(), "{:?}", l.notices);
+        assert!(l.notices.contains(&Notice::Info(
+            "recognized and used environment variable ETCD_NAME=m1".into()
+        )));
+    }
+
+    #[test]
+    fn a_flag_given_both_ways_is_refused_as_in_etcd() {
+        let m = invalid(load(&["--name", "a"], &[("ETCD_NAME", "b")]));
+        assert!(
+            m.starts_with("conflicting environment variable \"ETCD_NAME\" is shadowed"),
+            "{m}"
+        );
+        // Other flags and variables do not conflict.
+        let l = load(&["--name", "a"], &[("ETCD_MAX_TXN_OPS", "7")]).unwrap();
+        assert_eq!((l.config.name.as_str(), l.config.max_txn_ops), ("a", 7));
+    }
+
+    #[test]
+    fn unknown_etcd_vars_warn_and_bad_values_name_the_variable() {
+        let l = load(&[], &[("ETCD_NO_SUCH_FLAG", "1")]).unwrap();
+        assert_eq!(
+            warnings(&l),
+            ["unrecognized environment variable ETCD_NO_SUCH_FLAG=1"]
+        );
+        let m = invalid(load(&[], &[("ETCD_SNAPSHOT_COUNT", "abc")]));
+        assert!(
+            m.starts_with("invalid value \"abc\" for ETCD_SNAPSHOT_COUNT"),
+            "{m}"
+        );
+        let m = invalid(load(&[], &[("ETCD_MAX_TXN_OPS", "-1")]));
+        assert!(m.contains("ETCD_MAX_TXN_OPS"), "{m}");
+    }
+
+    #[test]
+    fn compat_flags_warn_once_each_or_are_refused() {
+        let l = load(
+            &[
+                "--snapshot-count=10000",
+                "--logger=zap",
+                "--enable-pprof",
+                "--feature-gates=InitialCorruptCheck=true",
+                "--experimental-initial-corrupt-check=true",
+            ],
+            &[],
+        )
+        .unwrap();
+        let w = warnings(&l);
+        assert_eq!(w.len(), 5, "{w:?}");
+        assert!(w
+            .iter()
+            .all(|w| w.contains("accepted for etcd compatibility and ignored: ")));
+        assert!(
+            w[0].starts_with("flag --snapshot-count is accepted"),
+            "{w:?}"
+        );
+        // Go's boolean syntax: `--flag false` is not a value.
+        assert!(load(&["--enable-pprof", "false"], &[]).is_err());
+        for refused in [
+            "--grpc-keepalive-min-time=10s",
+            "--cipher-suites=TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+            "--client-crl-file=/crl.pem",
+            "--auto-tls",
+            "--enable-v2=true",
+            "--proxy=on",
+            "--discovery=https://discovery.etcd.io/x",
+        ] {
+            let m = invalid(load(&[refused], &[]));
+            assert!(m.contains("is refused: "), "{refused}: {m}");
+        }
+        assert!(load(&["--grpc-keepalive-min-time=5s", "--enable-v2=false"], &[]).is_ok());
+        assert!(load(&["--snapshot-count=many"], &[]).is_err());
+        assert!(load(&["--logger=glog"], &[]).is_err());
+    }
+
+    #[test]
+    fn a_cluster_of_other_members_is_refused() {
+        let ok = load(
+            &["--name=m1", "--initial-cluster=m1=https://10.0.0.1:2380"],
+            &[],
+        )
+        .unwrap();
+        assert_eq!(warnings(&ok).len(), 1);
+        let m = invalid(load(
+            &[
+                "--name=m1",
+                "--initial-cluster=m1=https://10.0.0.1:2380,m2=https://10.0.0.2:2380",
+            ],
+            &[],
+        ));
+        assert!(m.contains("cluster mode is not built yet"), "{m}");
+    }
+
+    #[test]
+    fn a_flag_given_twice_takes_the_last_value_as_in_go() {
+        let l = load(&["--name=a", "--name=b"], &[]).unwrap();
+        assert_eq!(l.config.name, "b");
+    }
+
+    #[test]
+    fn implemented_etcd_flags_change_the_config() {
+        let l = load(
+            &[
+                "--max-concurrent-streams=100",
+                "--grpc-keepalive-interval=30s",
+                "--grpc-keepalive-timeout=0",
+                "--log-outputs=stdout,stderr",
+                "--debug",
+            ],
+            &[],
+        )
+        .unwrap();
+        let c = l.config;
+        assert_eq!(c.max_concurrent_streams, 100);
+        assert_eq!(c.grpc_keepalive_interval, Duration::from_secs(30));
+        assert_eq!(c.grpc_keepalive_timeout, Duration::ZERO);
+        assert_eq!(c.log_outputs, ["stdout", "stderr"]);
+        assert_eq!(c.log_filter(), "debug");
+        let fatal = load(&["--log-level=fatal"], &[]).unwrap();
+        assert_eq!(fatal.config.log_filter(), "error");
+        assert!(warnings(&fatal).is_empty());
+    }
+
+    fn write_file(text: &str) -> tempfile::NamedTempFile {
+        use std::io::Write;
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        f.write_all(text.as_bytes()).unwrap();
+        f
+    }
+
+    #[test]
+    fn a_config_file_is_the_whole_configuration() {
+        let f = write_file(
+            "name: 'yaml'\nlisten-client-urls: http://127.0.0.1:1\nmax-request-bytes: 2048\n\
+             quota-backend-bytes: 4096\nsnapshot-count: 10000\n\
+             experimental-watch-progress-notify-interval: 5000000000\n\
+             client-transport-security:\n  client-cert-auth: true\n  trusted-ca-file: /ca.pem\n\
+             self-signed-cert-validity: 1\nlog-outputs: [stderr]\nbogus: 1\n",
+        );
+        let path = f.path().to_str().unwrap();
+        let l = load(
+            &["--config-file", path, "--name=flag", "--max-txn-ops=7"],
+            &[("ETCD_NAME", "env"), ("ETCD_QUOTA_BACKEND_BYTES", "1")],
+        )
+        .unwrap();
+        let c = &l.config;
+        assert_eq!(c.name, "yaml");
+        assert_eq!(c.listen_client_urls, ["http://127.0.0.1:1"]);
+        assert_eq!(c.max_request_bytes, 2048);
+        assert_eq!(c.max_txn_ops, 128, "flags are ignored with a config file");
+        assert_eq!(c.quota_backend_bytes, 4096);
+        assert!(c.client_cert_auth);
+        assert_eq!(c.trusted_ca_file, Some(PathBuf::from("/ca.pem")));
+        assert_eq!(c.watch_progress_notify_interval, Duration::from_secs(5));
+        assert_eq!(c.config_file.as_deref(), Some(f.path()));
+        let w = warnings(&l);
+        assert_eq!(w.len(), 3, "{w:?}");
+        assert!(w[0].contains("\"bogus\""), "{w:?}");
+        assert!(w[1].starts_with("flag --snapshot-count"), "{w:?}");
+        assert!(
+            w[2].starts_with("flag --self-signed-cert-validity"),
+            "{w:?}"
+        );
+        assert!(matches!(&l.notices[0], Notice::Info(m) if m.contains("are ignored")));
+
+        // ETCD_CONFIG_FILE names the file too.
+        let l = load(&[], &[("ETCD_CONFIG_FILE", path)]).unwrap();
+        assert_eq!(l.config.name, "yaml");
+    }
+
+    #[test]
+    fn config_file_errors_name_the_file_and_key() {
+        let f = write_file("max-request-bytes: lots\n");
+        let path = f.path().to_str().unwrap();
+        let m = invalid(load(&["--config-file", path], &[]));
+        assert!(m.contains("max-request-bytes in configuration file"), "{m}");
+        let f = write_file("initial-cluster: a=http://a:2380,b=http://b:2380\nname: a\n");
+        let m = invalid(load(&["--config-file", f.path().to_str().unwrap()], &[]));
+        assert!(m.contains("other members"), "{m}");
+        let m = invalid(load(&["--config-file", "/nonexistent/etcd.yml"], &[]));
+        assert!(m.starts_with("cannot read configuration file"), "{m}");
+    }
+}
