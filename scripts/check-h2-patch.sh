@@ -43,9 +43,10 @@ pristine="$tmp/vendor/h2-$version"
 cp -r "$pristine" "$tmp/expected"
 (cd "$tmp/expected" && patch --quiet -p1 < "$patch_file")
 
-# Packaging files of crates.io and cargo vendor, and the two ephd files.
+# Packaging files of crates.io and cargo vendor (which also drops the
+# crate's .gitignore), and the two ephd files.
 excludes=(-x .cargo-checksum.json -x .cargo_vcs_info.json -x .cargo-ok -x Cargo.lock
-    -x target -x EPHD-PATCH.md -x ephd-authority.patch)
+    -x .gitignore -x target -x EPHD-PATCH.md -x ephd-authority.patch)
 if diff -r "${excludes[@]}" "$tmp/expected" "$vendored"; then
     echo "third_party/h2 is h2 $version plus ephd-authority.patch, nothing else"
 else
