@@ -99,13 +99,13 @@ fn loopback(port: u16) -> SocketAddr {
 /// `host:port` one: a StatusResponse of this member.
 fn check_status_under_every_authority(port: u16, who: &str) {
     let plain = status_under(loopback(port), &format!("127.0.0.1:{port}"), who);
-    let header = plain.header.clone().expect("Status has a header");
+    let header = plain.header.expect("Status has a header");
     assert_ne!(header.member_id, 0, "{who}: {plain:?}");
     assert_eq!(plain.leader, header.member_id, "{who}: {plain:?}");
     assert!(plain.version.starts_with('3'), "{who}: {plain:?}");
     for authority in authorities(port) {
         let got = status_under(loopback(port), &authority, who);
-        let got_header = got.header.clone().expect("Status has a header");
+        let got_header = got.header.expect("Status has a header");
         assert_eq!(
             (got_header.cluster_id, got_header.member_id, &got.version),
             (header.cluster_id, header.member_id, &plain.version),

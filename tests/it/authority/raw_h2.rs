@@ -400,7 +400,7 @@ fn read_int(src: &mut &[u8], prefix: u32) -> usize {
 fn read_string(src: &mut &[u8]) -> String {
     let huffman = src.first().is_some_and(|b| b & 0x80 != 0);
     let len = read_int(src, 7);
-    let all: &[u8] = *src;
+    let all = *src;
     assert!(len <= all.len(), "HPACK string runs past the block");
     let (raw, rest) = all.split_at(len);
     *src = rest;
@@ -413,7 +413,7 @@ fn read_string(src: &mut &[u8]) -> String {
 }
 
 fn take(src: &mut &[u8]) -> u8 {
-    let all: &[u8] = *src;
+    let all = *src;
     let (&b, rest) = all.split_first().expect("HPACK block ends mid-field");
     *src = rest;
     b
