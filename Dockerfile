@@ -45,6 +45,10 @@ COPY --from=planner /src/recipe.json recipe.json
 # dependencies would be rebuilt, and its [env] compiles jemalloc's built-in
 # options (oversize_threshold:0, see src/main.rs) into tikv-jemalloc-sys.
 COPY .cargo/ .cargo/
+# The patched h2 (third_party/h2/EPHD-PATCH.md) is a dependency, not a
+# workspace member, so the recipe does not carry it: its real source must be
+# in place for the dependency layer, where [patch.crates-io] points.
+COPY third_party/ third_party/
 # Dependency caching layer: compiles every dependency (and the vendored
 # protoc used by build.rs) against a skeleton of the crate.
 RUN cargo chef cook --release --locked --bin ephd --recipe-path recipe.json

@@ -35,25 +35,38 @@ pub fn etcdctl_path() -> PathBuf {
 /// Builds an etcdctl v3 command against `endpoint` with short client
 /// timeouts, so a broken server fails fast instead of retrying for long.
 ///
-/// The endpoint is passed as `host:port`: etcdctl 3.4's `endpoint status`
-/// dials an `http://` endpoint with the whole URL as the HTTP/2
-/// `:authority`, which grpc-go servers tolerate but ephd's HTTP/2 stack
-/// rejects as malformed (README, compatibility notes).
+/// The endpoint is passed as `host:port`, as most runbooks write it, so the
+/// outputs that echo it stay comparable; the `http://host:port` form (which
+/// etcdctl 3.4 sends as the HTTP/2 `:authority`) has its own tests in
+/// `authority.rs` through [`run_with_endpoints`].
 fn etcdctl_command(endpoint: &str, args: &[String]) -> Command {
     let host_port = endpoint.strip_prefix("http://").unwrap_or(endpoint);
+    etcdctl_command_verbatim(host_port, args)
+}
+
+/// An etcdctl v3 command with `--endpoints` exactly as given.
+fn etcdctl_command_verbatim(endpoints: &str, args: &[String]) -> Command {
     let mut cmd = Command::new(etcdctl_path());
     cmd.env("ETCDCTL_API", "3")
-        .arg(format!("--endpoints={host_port}"))
+        .arg(format!("--endpoints={endpoints}"))
         .arg("--dial-timeout=3s")
         .arg("--command-timeout=5s")
         .args(args);
     cmd
 }
 
-/// Runs `etcdctl ARGS` against `endpoint`, feeding `stdin` (if any), and
-/// waits at most `ETCDCTL_TIMEOUT` for it to exit.
+/// Runs `etcdctl ARGS` against `endpoint` (as `host:port`), feeding `stdin`
+/// (if any), and waits at most `ETCDCTL_TIMEOUT` for it to exit.
 pub fn run(endpoint: &str, args: &[String], stdin: Option<&str>) -> CmdOutput {
-    let mut cmd = etcdctl_command(endpoint, args);
+    run_command(etcdctl_command(endpoint, args), args, stdin)
+}
+
+/// [`run`] with `--endpoints` exactly as given (e.g. `http://host:port`).
+pub fn run_with_endpoints(endpoints: &str, args: &[String], stdin: Option<&str>) -> CmdOutput {
+    run_command(etcdctl_command_verbatim(endpoints, args), args, stdin)
+}
+
+fn run_command(mut cmd: Command, args: &[String], stdin: Option<&str>) -> CmdOutput {
     cmd.stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());

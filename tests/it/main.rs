@@ -4,6 +4,7 @@
 //! Every test starts its own server processes on free loopback ports, so
 //! tests run in parallel threads without interfering with each other.
 
+mod authority;
 mod cli;
 mod cluster;
 mod concurrency;
