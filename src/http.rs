@@ -25,7 +25,8 @@ pub async fn serve(
             "/health",
             get(move |RawQuery(query): RawQuery| {
                 let alarms = health_shared.store.alarms();
-                async move { health(&alarms, query.as_deref().unwrap_or("")) }
+                let no_leader = leaderless(&health_shared);
+                async move { health(&alarms, no_leader, query.as_deref().unwrap_or("")) }
             }),
         )
         .route(
@@ -128,6 +129,17 @@ impl Check {
                 }
             }
             Check::SerializableRead | Check::LinearizableRead => {
+                if let (Check::LinearizableRead, Some(node)) = (self, shared.proposer.node()) {
+                    // Cluster mode: the leader confirms its index with a
+                    // quorum and this member catches up to it first.
+                    match tokio::time::timeout(READ_CHECK_TIMEOUT, node.read_barrier()).await {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => return Err(e.to_string()),
+                        Err(_) => {
+                            return Err(format!("no read index within {READ_CHECK_TIMEOUT:?}"))
+                        }
+                    }
+                }
                 let store = shared.store.clone();
                 let read = tokio::task::spawn_blocking(move || {
                     store.range(&crate::mvcc::RangeRequest {
@@ -209,15 +221,26 @@ async fn probe(what: &str, checks: &[Check], shared: &Shared, query: &str) -> Re
     text("ok".to_string()).into_response()
 }
 
+/// Whether this is a cluster member that knows no leader (a single member
+/// always leads itself).
+fn leaderless(shared: &Shared) -> bool {
+    shared
+        .proposer
+        .node()
+        .is_some_and(|node| node.status().leader().is_none())
+}
+
 /// etcd's `/health` (3.5 and later): unhealthy (503) while an alarm is
 /// raised, naming the first one, unless the query excludes its type
-/// (`?exclude=NOSPACE`, repeatable). `?serializable=true` skips etcd's
-/// leader and read checks, which a single member always passes.
-fn health(alarms: &[AlarmMember], query: &str) -> Response {
+/// (`?exclude=NOSPACE`, repeatable); then, unless `?serializable=true`,
+/// unhealthy on a cluster member without a leader (`RAFT NO LEADER`), as
+/// etcd checks it.
+fn health(alarms: &[AlarmMember], no_leader: bool, query: &str) -> Response {
     let excluded: Vec<&str> = query
         .split('&')
         .filter_map(|kv| kv.strip_prefix("exclude="))
         .collect();
+    let serializable = query.split('&').any(|kv| kv == "serializable=true");
     let raised = alarms.iter().find_map(|a| {
         // The name `?exclude=` matches, and the reason etcd gives.
         let (name, reason) = match a.alarm {
@@ -227,6 +250,7 @@ fn health(alarms: &[AlarmMember], query: &str) -> Response {
         };
         (!excluded.contains(&name)).then_some(reason)
     });
+    let raised = raised.or((no_leader && !serializable).then_some("RAFT NO LEADER"));
     match raised {
         None => (
             [("content-type", "application/json")],
@@ -265,27 +289,43 @@ mod tests {
             alarm: ALARM_CORRUPT,
         };
         assert_eq!(
-            body_of(health(&[], "")),
+            body_of(health(&[], false, "")),
             (
                 StatusCode::OK,
                 r#"{"health":"true","reason":""}"#.to_string()
             )
         );
         assert_eq!(
-            body_of(health(&[nospace], "serializable=true")),
+            body_of(health(&[nospace], false, "serializable=true")),
             (
                 StatusCode::SERVICE_UNAVAILABLE,
                 "{\"health\":\"false\",\"reason\":\"ALARM NOSPACE\"}\n".to_string()
             )
         );
         assert_eq!(
-            body_of(health(&[nospace], "exclude=NOSPACE")).0,
+            body_of(health(&[nospace], false, "exclude=NOSPACE")).0,
             StatusCode::OK
         );
-        let (status, body) = body_of(health(&[nospace, corrupt], "exclude=NOSPACE"));
+        let (status, body) = body_of(health(&[nospace, corrupt], false, "exclude=NOSPACE"));
         assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
         assert!(body.contains("ALARM CORRUPT"), "{body}");
+        let leaderless = body_of(health(&[], true, ""));
+        assert_eq!(
+            leaderless,
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "{\"health\":\"false\",\"reason\":\"RAFT NO LEADER\"}\n".to_string()
+            )
+        );
+        assert_eq!(
+            body_of(health(&[], true, "serializable=true")).0,
+            StatusCode::OK,
+            "a serializable check does not need a leader"
+        );
         let both = "exclude=NOSPACE&exclude=CORRUPT";
-        assert_eq!(body_of(health(&[nospace, corrupt], both)).0, StatusCode::OK);
+        assert_eq!(
+            body_of(health(&[nospace, corrupt], false, both)).0,
+            StatusCode::OK
+        );
     }
 }

@@ -393,3 +393,43 @@ async fn every_kind_of_write_through_a_follower_replicates_and_leases_expire_onc
         assert_eq!(at, rev + 1, "m{i}: one revoke, once");
     }
 }
+
+/// Health as etcd reports it in a cluster: every member healthy and ready
+/// with a leader; a member left alone (two of three killed) answers
+/// `/health` with `RAFT NO LEADER` (but `?serializable=true` passes, as on
+/// etcd), fails `/readyz`'s `linearizable_read`, and stays live.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_says_when_a_member_has_no_leader() {
+    use crate::operations::http_get;
+    let mut cluster = EphdCluster::start(3, TIMING);
+    agreed_leader(&cluster, None).await;
+    for (i, m) in cluster.running() {
+        let (status, body) = http_get(m.metrics_port(), "/health");
+        assert!(status.contains("200"), "member {i}: {status} {body}");
+        let (status, body) = http_get(m.metrics_port(), "/readyz");
+        assert!(status.contains("200"), "member {i}: {status} {body}");
+    }
+    cluster.kill(1);
+    cluster.kill(2);
+    let alone = cluster.member(0).expect("member 0 runs").metrics_port();
+    let deadline = Instant::now() + SETTLE;
+    loop {
+        let (status, body) = http_get(alone, "/health");
+        if status.contains("503") {
+            assert_eq!(
+                body.trim(),
+                r#"{"health":"false","reason":"RAFT NO LEADER"}"#
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "still healthy alone: {body}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (status, _) = http_get(alone, "/health?serializable=true");
+    assert!(status.contains("200"), "{status}");
+    let (status, body) = http_get(alone, "/readyz");
+    assert!(status.contains("503"), "{status} {body}");
+    assert!(body.contains("[-]linearizable_read failed"), "{body}");
+    let (status, body) = http_get(alone, "/livez");
+    assert!(status.contains("200"), "alone but alive: {status} {body}");
+}

@@ -326,7 +326,15 @@ pub struct EphdCluster {
 /// One member of an [`EphdCluster`].
 pub struct ClusterMember {
     client_port: u16,
+    metrics_port: u16,
     process: ServerProcess,
+}
+
+impl ClusterMember {
+    /// The port of this member's HTTP endpoints (`/health`, `/readyz`, ...).
+    pub fn metrics_port(&self) -> u16 {
+        self.metrics_port
+    }
 }
 
 impl Server for ClusterMember {
@@ -340,6 +348,7 @@ impl EphdCluster {
     /// until every one serves gRPC (not until a leader is elected).
     pub fn start(n: usize, extra_args: &[&str]) -> EphdCluster {
         let ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
+        let metrics: Vec<u16> = (0..n).map(|_| free_port()).collect();
         let initial = ports
             .iter()
             .enumerate()
@@ -362,9 +371,14 @@ impl EphdCluster {
                 .args(["--initial-cluster", &initial])
                 .args(["--initial-cluster-token", &token])
                 .args(["--initial-cluster-state", "new"])
+                .arg(format!(
+                    "--listen-metrics-urls=http://127.0.0.1:{}",
+                    metrics[i]
+                ))
                 .args(extra_args);
             members.push(ClusterMember {
                 client_port: *client,
+                metrics_port: metrics[i],
                 process: ServerProcess::spawn("ephd cluster member", cmd),
             });
         }
