@@ -9,6 +9,7 @@ mod concurrency;
 mod config;
 mod differential;
 mod etcdctl;
+mod exposure;
 mod harness;
 mod kubernetes;
 mod kv;
