@@ -36,8 +36,10 @@
 #   EPHD_DEBIAN_MIRROR   default http://deb.debian.org/debian (the security
 #                        suite is taken from the same host, /debian-security)
 #   EPHD_BINARY          use this ephd binary instead of building one
-#   EPHD_BUILD_ISOLATION buildah's --isolation (default: buildah's, oci;
-#                        chroot works where no OCI runtime can start)
+#   EPHD_BUILD_ISOLATION buildah's --isolation (default: oci, with the
+#                        runtime and --ulimit options that start a container
+#                        here, see scripts/container-lib.sh; chroot when none
+#                        does)
 #   EPHD_STORAGE_DRIVER  containers/storage driver for buildah and podman
 #                        (default: their own, overlay; vfs where overlay
 #                        cannot be mounted)
@@ -48,6 +50,8 @@
 # see README, "Container image"): RESULTS-BUILD
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# shellcheck source=scripts/container-lib.sh
+. scripts/container-lib.sh
 
 say() { echo "container-build.sh: $*" >&2; }
 
@@ -73,7 +77,7 @@ cleanup() {
 }
 trap cleanup EXIT
 missing=()
-for tool in buildah podman mmdebstrap; do
+for tool in buildah podman mmdebstrap runc; do
   command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
 done
 if [ "${#missing[@]}" -gt 0 ]; then
@@ -87,10 +91,11 @@ if [ "${#missing[@]}" -gt 0 ]; then
     created_policy=1
   fi
   apt-get update -qq
-  # crun runs the containers; the CNI plugins (bookworm podman's network
+  # crun and runc run the containers (runc where crun cannot: see
+  # scripts/container-lib.sh); the CNI plugins (bookworm podman's network
   # backend) give the smoke test a bridge network with published ports.
   apt-get install -y -qq --no-install-recommends \
-    buildah podman mmdebstrap crun containernetworking-plugins \
+    buildah podman mmdebstrap crun runc containernetworking-plugins \
     golang-github-containers-common iptables >/dev/null
   cleanup
   created_policy=0
@@ -152,11 +157,33 @@ else
 fi
 
 # --- 4. the image ---------------------------------------------------------
-isolation=()
-if [ -n "${EPHD_BUILD_ISOLATION:-}" ]; then isolation=(--isolation "$EPHD_BUILD_ISOLATION"); fi
+# The build's RUN steps start containers: find the runtime and options that
+# can start one here (scripts/container-lib.sh says why the defaults cannot
+# on this project's VMs); with none, buildah's chroot isolation needs no
+# OCI runtime at all.
+run_opts=()
+if [ -n "${EPHD_BUILD_ISOLATION:-}" ]; then
+  run_opts=(--isolation "$EPHD_BUILD_ISOLATION")
+else
+  work=$(mktemp -d)
+  if container_probe "$base" "$work/probe" "${storage[@]}"; then
+    say "containers start with: $(cat "$work/probe/chosen")"
+    if [ -n "$CONTAINER_RUNTIME" ]; then run_opts=(--runtime "$CONTAINER_RUNTIME"); fi
+    run_opts+=("${CONTAINER_RUN_OPTS[@]}")
+  else
+    say "no OCI runtime can start a container here; building with --isolation chroot. Evidence:"
+    container_evidence "$work/probe" >&2
+    run_opts=(--isolation chroot)
+  fi
+  for f in "$work"/probe/attempt-*.log; do
+    if [ -e "$f" ]; then say "(tried first: $(head -n 1 "$f"): $(tail -n +2 "$f" | grep -v '^$' | tail -n 1))"; fi
+  done
+  rm -rf "$work"
+  work=""
+fi
 say "building $image (target runtime-prebuilt FROM $base)"
 start=$(date +%s)
-buildah "${storage[@]}" build "${isolation[@]}" \
+buildah "${storage[@]}" build "${run_opts[@]}" \
   --format docker \
   --pull=never \
   --skip-unused-stages=true \

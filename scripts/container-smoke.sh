@@ -2,11 +2,13 @@
 # Starts ephd's container image (scripts/container-build.sh) with rootful
 # podman and checks it with the stock etcdctl, the way an operator would:
 #
-#   0. whether this machine can run a container at all: `ephd --version` in
-#      the image, first with podman's defaults, then with the workable
-#      alternatives (--cgroups=disabled; --network=host is tried in step 3).
-#      If none starts, it prints every attempt's error and exits 3 saying
-#      that containers cannot run here, and why;
+#   0. whether this machine can run a container at all: `true` in the
+#      image, first with podman's defaults, then with the workable
+#      alternatives (scripts/container-lib.sh: the hard rlimits the process
+#      has, runc instead of crun; --network=host is tried in step 3). If none
+#      starts, it prints every attempt's error and the machine's cgroup,
+#      capability and rlimit facts, and exits 3 saying containers cannot
+#      run here;
 #   1. secure by default: the image with nothing mounted refuses to start
 #      (exit 2) and names what to mount or set; plaintext on 0.0.0.0
 #      without the opt-in is refused too;
@@ -41,6 +43,8 @@
 # image"): RESULTS-SMOKE
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# shellcheck source=scripts/container-lib.sh
+. scripts/container-lib.sh
 
 say() { echo "container-smoke.sh: $*" >&2; }
 fail() {
@@ -63,6 +67,7 @@ podman "${storage[@]}" image exists "$image" || fail "no image $image: run scrip
 
 work=$(mktemp -d)
 cid=""
+rt=()
 cleanup() {
   if [ -n "$cid" ]; then
     say "removing the container it started (${cid:0:12})"
@@ -72,7 +77,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-podman_run() { podman "${storage[@]}" run "$@"; }
+podman_run() { podman "${storage[@]}" "${rt[@]}" run "$@"; }
 
 # A loopback TCP port nothing listens on, outside the ephemeral range.
 free_port() {
@@ -91,41 +96,22 @@ say "$(podman --version); runtime $(podman info --format '{{.Host.OCIRuntime.Nam
 say "image $image: $(podman "${storage[@]}" image inspect --format '{{.Id}} {{.Size}} bytes, binary from {{index .Labels "ephd.binary-source"}}, revision {{index .Labels "org.opencontainers.image.revision"}}' "$image")"
 
 # --- 0. can a container start here at all? --------------------------------
-run_opts=()
-attempt=0
-started=0
-for opts in "" "--cgroups=disabled"; do
-  attempt=$((attempt + 1))
-  read -r -a try <<<"$opts"
-  if out=$(timeout 120 podman "${storage[@]}" run --rm --network none "${try[@]}" "${extra[@]}" "$image" --version 2>&1); then
-    run_opts=("${try[@]}")
-    started=1
-    say "a container starts (podman run ${opts:-with defaults}): $out"
-    break
-  fi
-  printf '%s\n' "$out" >"$work/attempt-$attempt.log"
-  say "podman run ${opts:-with defaults} failed: $(tail -n 3 "$work/attempt-$attempt.log")"
-done
-if [ "$started" != 1 ]; then
+if ! container_probe "$image" "$work/probe" "${storage[@]}"; then
   say "CANNOT RUN CONTAINERS HERE: every way to start one failed. Evidence:"
-  for f in "$work"/attempt-*.log; do
-    echo "--- $f" >&2
-    cat "$f" >&2
-  done
-  {
-    echo "--- kernel: $(uname -r); cgroup mounts:"
-    grep cgroup /proc/mounts
-    echo "--- namespaces: $(ls /proc/self/ns | tr '\n' ' ')"
-    echo "--- podman info (host):"
-    podman info --format '{{json .Host}}' 2>&1 | head -c 4000
-  } >&2
+  container_evidence "$work/probe" >&2
   exit 3
 fi
+for f in "$work"/probe/attempt-*.log; do
+  if [ -e "$f" ]; then say "tried first: $(head -n 1 "$f"): $(tail -n +2 "$f" | grep -v '^$' | tail -n 1)"; fi
+done
+say "containers start with: $(cat "$work/probe/chosen")"
+if [ -n "$CONTAINER_RUNTIME" ]; then rt=(--runtime "$CONTAINER_RUNTIME"); fi
+run_opts=("${CONTAINER_RUN_OPTS[@]}")
 
 # --- 1. secure by default -------------------------------------------------
 say "checking that the image without certificates refuses to start"
 set +e
-out=$(timeout 60 podman_run --rm --network none "${run_opts[@]}" "${extra[@]}" "$image" 2>&1)
+out=$(timeout 60 podman "${storage[@]}" "${rt[@]}" run --rm --network none "${run_opts[@]}" "${extra[@]}" "$image" 2>&1)
 rc=$?
 set -e
 [ "$rc" = 2 ] || fail "without certificates: exit $rc (expected 2): $out"
@@ -133,7 +119,7 @@ grep -q 'EPHD_CERT_FILE) /etc/ephd/tls/tls.crt does not exist' <<<"$out" || fail
 grep -q 'EPHD_ALLOW_INSECURE_PLAINTEXT=true' <<<"$out" || fail "the opt-in is not named in: $out"
 say "  refused, exit 2: ${out:0:160}..."
 set +e
-out=$(timeout 60 podman_run --rm --network none "${run_opts[@]}" "${extra[@]}" \
+out=$(timeout 60 podman "${storage[@]}" "${rt[@]}" run --rm --network none "${run_opts[@]}" "${extra[@]}" \
   -e EPHD_LISTEN_CLIENT_URLS=http://0.0.0.0:2379 "$image" 2>&1)
 rc=$?
 set -e
