@@ -59,10 +59,10 @@ container_probe() {
     read -r -a CONTAINER_RUN_OPTS <<<"$opts"
     if out=$(timeout 120 podman "$@" "${rt[@]}" run --rm --network none --entrypoint /bin/true "${CONTAINER_RUN_OPTS[@]}" "$image" 2>&1); then
       CONTAINER_RUNTIME=$runtime
-      echo "podman ${rt[*]} run ${opts:-(defaults)}" >"$evidence/chosen"
+      echo "podman ${rt[*]:+${rt[*]} }run ${opts:-(defaults)}" >"$evidence/chosen"
       return 0
     fi
-    printf 'podman %s run %s\n%s\n' "${rt[*]}" "${opts:-(defaults)}" "$out" >"$evidence/attempt-$i.log"
+    printf 'podman %srun %s\n%s\n' "${rt[*]:+${rt[*]} }" "${opts:-(defaults)}" "$out" >"$evidence/attempt-$i.log"
   done
   CONTAINER_RUNTIME=""
   CONTAINER_RUN_OPTS=()
