@@ -1,4 +1,7 @@
 # shellcheck shell=bash
+# CONTAINER_RUNTIME and CONTAINER_RUN_OPTS are set here for the scripts
+# that source this file.
+# shellcheck disable=SC2034
 # Shared by scripts/container-build.sh and scripts/container-smoke.sh:
 # finds a way to start a container on this machine.
 #
