@@ -46,8 +46,20 @@
 #   CARGO_TARGET_DIR     as usual
 #
 # Recorded run (2026-12-01, this project's 2-core Debian 12 VM, kernel
-# 6.18 under Firecracker, buildah 1.28.2, podman 4.3.1, mmdebstrap 1.3.5;
-# see README, "Container image"): RESULTS-BUILD
+# 6.18 under Firecracker, buildah 1.28.2, podman 4.3.1, runc 1.1.5,
+# mmdebstrap 1.3.5; README, "Container image"):
+#   - the packages installed non-interactively, no service started;
+#   - host release build 11 min 28 s from clean (machine shared), 57 MB
+#     binary (line tables kept by the release profile), needs GLIBC_2.34;
+#   - mmdebstrap bookworm minbase: 157 s, 126.6 MB tar, imported as
+#     localhost/ephd-base:bookworm-minbase (127 MB);
+#   - podman's defaults could not start a container (crun: "cgroups in
+#     hybrid mode not supported"; "setrlimit RLIMIT_NOFILE: Operation not
+#     permitted"), runc with --ulimit nofile=20000:20000 --ulimit
+#     nproc=32768:32768 could, and the build's RUN steps used that;
+#   - buildah build of runtime-prebuilt: 5 s (the rust:* stages skipped,
+#     nothing pulled), `ephd --version` ran in the image: localhost/ephd:dev,
+#     184 MB.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # shellcheck source=scripts/container-lib.sh

@@ -39,8 +39,14 @@
 # started on this machine (the evidence is printed).
 #
 # Recorded run (2026-12-01, this project's 2-core Debian 12 VM under
-# Firecracker, podman 4.3.1 + crun, etcdctl 3.4.23; README, "Container
-# image"): RESULTS-SMOKE
+# Firecracker, podman 4.3.1, etcdctl 3.4.23; README, "Container image"):
+# PASS. Containers started with runc and the hard rlimits (crun and podman's
+# default rlimits cannot start any here; scripts/container-lib.sh); both
+# refusals exit 2 with their directions; ready 0.87-1.06 s after `podman
+# run` on the bridge network (0.80 s with EPHD_SMOKE_NETWORK=host); put ->
+# OK, get -> the value, endpoint status: 3.6.5, 837 B, leader; no client
+# certificate -> "context deadline exceeded"; /health true; HEALTHCHECK
+# healthy; SIGTERM -> exit 0 in 1.0-1.2 s; removed.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # shellcheck source=scripts/container-lib.sh
