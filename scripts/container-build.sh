@@ -123,7 +123,7 @@ else
   nice -n 19 cargo build --release --locked --bin ephd
   binary=${CARGO_TARGET_DIR:-target}/release/ephd
 fi
-install -m 0755 "$binary" dist/ephd
+if ! [ "$binary" -ef dist/ephd ]; then install -m 0755 "$binary" dist/ephd; fi
 "$binary" --help | grep -q -- '--listen-client-urls' || {
   say "$binary does not look like ephd"
   exit 1
