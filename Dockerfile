@@ -39,6 +39,10 @@
 #
 #   docker build --target runtime-prebuilt --build-arg RUNTIME_BASE=... .
 #
+# Both targets were built with buildah 1.28 and run with podman on
+# 2026-12-01 (the default one from a local stand-in for rust:1.95-bookworm);
+# README, "Container image", has what happened.
+#
 # The runtime is debian:bookworm-slim rather than distroless/cc: slim has
 # bash, which the HEALTHCHECK uses to speak HTTP over /dev/tcp (no curl or
 # wget is installed, and no package at all is added to the base). That costs

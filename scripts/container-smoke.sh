@@ -99,7 +99,7 @@ free_port() {
 }
 
 say "$(podman --version); runtime $(podman info --format '{{.Host.OCIRuntime.Name}} {{.Host.OCIRuntime.Version}}' 2>/dev/null | head -n1); storage $(podman "${storage[@]}" info --format '{{.Store.GraphDriverName}}'); cgroups $(podman info --format '{{.Host.CgroupsVersion}}')"
-say "image $image: $(podman "${storage[@]}" image inspect --format '{{.Id}} {{.Size}} bytes, binary from {{index .Labels "ephd.binary-source"}}, revision {{index .Labels "org.opencontainers.image.revision"}}' "$image")"
+say "image $image: $(podman "${storage[@]}" image inspect --format '{{.Id}} {{.Size}} bytes, binary from {{or (index .Labels "ephd.binary-source") "the builder stage"}}, revision {{or (index .Labels "org.opencontainers.image.revision") "not labelled"}}' "$image")"
 
 # --- 0. can a container start here at all? --------------------------------
 if ! container_probe "$image" "$work/probe" "${storage[@]}"; then
