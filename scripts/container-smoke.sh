@@ -42,11 +42,11 @@
 # Firecracker, podman 4.3.1, etcdctl 3.4.23; README, "Container image"):
 # PASS. Containers started with runc and the hard rlimits (crun and podman's
 # default rlimits cannot start any here; scripts/container-lib.sh); both
-# refusals exit 2 with their directions; ready 0.87-1.06 s after `podman
+# refusals exit 2 with their directions; ready 0.87-1.34 s after `podman
 # run` on the bridge network (0.80 s with EPHD_SMOKE_NETWORK=host); put ->
 # OK, get -> the value, endpoint status: 3.6.5, 837 B, leader; no client
 # certificate -> "context deadline exceeded"; /health true; HEALTHCHECK
-# healthy; SIGTERM -> exit 0 in 1.0-1.2 s; removed.
+# healthy; SIGTERM -> exit 0 in 0.8-1.2 s; removed.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # shellcheck source=scripts/container-lib.sh
