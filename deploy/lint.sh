@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Lints the container image and deployment files:
 #   hadolint            Dockerfile
-#   ShellCheck          deploy/**/*.sh
+#   ShellCheck          deploy/**/*.sh, scripts/container-*.sh
 #   yamllint            deploy/**/*.yaml (config: deploy/.yamllint.yaml)
 #   kubernetes-validate Kubernetes objects against the OpenAPI schemas of
 #                       Kubernetes 1.30 and 1.35, strict (bundled in the
@@ -40,7 +40,7 @@ run() {
   fi
 }
 
-mapfile -t shell_scripts < <(find deploy -name '*.sh' -type f | sort)
+mapfile -t shell_scripts < <(find deploy scripts -type f \( -path 'deploy/*.sh' -o -name 'container-*.sh' \) | sort)
 mapfile -t yaml_files < <(find deploy -name '*.yaml' -type f | sort)
 # Kubernetes objects: everything but kubeadm and kustomize configuration,
 # which lint_checks.py checks structurally.
@@ -53,7 +53,7 @@ for f in "${yaml_files[@]}"; do
 done
 
 run "hadolint Dockerfile" hadolint --failure-threshold style Dockerfile
-run "shellcheck ${shell_scripts[*]}" shellcheck --severity=style "${shell_scripts[@]}"
+run "shellcheck ${shell_scripts[*]}" shellcheck -x --severity=style "${shell_scripts[@]}"
 run "yamllint deploy/" yamllint --strict -c deploy/.yamllint.yaml "${yaml_files[@]}" deploy/.yamllint.yaml
 run "lint_checks.py" python deploy/lint_checks.py --generated-dir "$work/generated"
 k8s_files+=("$work/generated/ephd-leases.yaml")

@@ -392,8 +392,8 @@ def check_deployment(known_flags):
     if any(labels.get(k) != v for k, v in sel.items()):
         finding(where, "selector does not match the template labels")
     pspec = spec["template"]["spec"]
-    check_pod_spec(where, pspec, known_flags, static=False,
-                   client_port=2379, metrics_port=2381, data_dir="/var/lib/ephd")
+    flags = check_pod_spec(where, pspec, known_flags, static=False,
+                           client_port=2379, metrics_port=2381, data_dir="/var/lib/ephd")
     secrets = [v for v in pspec.get("volumes") or [] if "secret" in v]
     if not secrets:
         finding(where, "TLS must come from a Secret volume")
@@ -420,6 +420,7 @@ def check_deployment(known_flags):
         if key[0] != "Kustomization" and key[0] != "Namespace" \
                 and doc["metadata"].get("namespace") != "ephd":
             finding(rel(p), "namespace should be ephd")
+    return flags
 
 
 # --------------------------------------------------------------------------
@@ -444,13 +445,47 @@ def check_dockerfile(known_envs):
         finding(where, "HEALTHCHECK expected")
     ignore = (ROOT / ".dockerignore").read_text(encoding="utf-8")
     for needed in ("Cargo.toml", "Cargo.lock", "build.rs", "proto/", "src/", "benches/",
-                   "ephd-bench/", "deploy/docker/"):
+                   "ephd-bench/", "ephd-fuzz/", "deploy/docker/", "dist/ephd"):
         if f"!{needed}" not in ignore:
             finding(".dockerignore", f"the build needs {needed}")
     for m in re.finditer(r"^COPY ((?:--\S+ )*)(\S+) ", text, re.M):
         opts, src = m.group(1), m.group(2)
-        if "--from=" not in opts and src != "." and not (ROOT / src).exists():
+        # dist/ is made by scripts/container-build.sh (the host-built binary).
+        if "--from=" not in opts and src != "." and not src.startswith("dist/") \
+                and not (ROOT / src).exists():
             finding(where, f"COPY source {src} does not exist")
+    for target in ("runtime-base", "runtime-prebuilt", "runtime"):
+        if not re.search(rf"^FROM \S+ AS {target}$", text, re.M):
+            finding(where, f"stage {target} expected")
+    if not text.rstrip().splitlines()[-1].startswith("COPY --from=builder "):
+        finding(where, "the last stage (the default target) must copy the builder's binary")
+    # Secure by default: the image's ENV serves TLS with client certificates,
+    # and plaintext is never the default.
+    env = dict(re.findall(r"\b(EPHD_[A-Z_]+)=(\S+)", text.split("\nENV ", 1)[-1].split("\n\n")[0]))
+    if not env.get("EPHD_LISTEN_CLIENT_URLS", "").startswith("https://"):
+        finding(where, "ENV EPHD_LISTEN_CLIENT_URLS must be https:// (secure by default)")
+    if env.get("EPHD_CLIENT_CERT_AUTH") != "true":
+        finding(where, "ENV EPHD_CLIENT_CERT_AUTH=true expected (secure by default)")
+    if re.search(r"^ENV .*EPHD_ALLOW_INSECURE_PLAINTEXT", text, re.M | re.S):
+        finding(where, "EPHD_ALLOW_INSECURE_PLAINTEXT must not be an image default")
+    for var in ("EPHD_CERT_FILE", "EPHD_KEY_FILE", "EPHD_TRUSTED_CA_FILE"):
+        if not env.get(var, "").startswith("/etc/ephd/tls/"):
+            finding(where, f"ENV {var} should be under /etc/ephd/tls/")
+    return env
+
+
+def check_image_defaults_match_deployment(env, flags):
+    """The Deployment's TLS flags repeat the image's defaults (one layout)."""
+    if not env or not flags:
+        return
+    for flag, var in (("listen-client-urls", "EPHD_LISTEN_CLIENT_URLS"),
+                      ("cert-file", "EPHD_CERT_FILE"), ("key-file", "EPHD_KEY_FILE"),
+                      ("trusted-ca-file", "EPHD_TRUSTED_CA_FILE"),
+                      ("client-cert-auth", "EPHD_CLIENT_CERT_AUTH"),
+                      ("listen-metrics-urls", "EPHD_LISTEN_METRICS_URLS")):
+        if str(flags.get(flag)) != env.get(var):
+            finding("deploy/deployment/deployment.yaml",
+                    f"--{flag}={flags.get(flag)} differs from the image's {var}={env.get(var)}")
 
 
 def sharding_recipe(generated_dir, known_flags, static_manifest):
@@ -499,8 +534,9 @@ def main():
                                   metrics_port=STATIC_METRICS_PORT, data_dir="/var/lib/ephd",
                                   name="ephd")
     check_apiserver_configs(advertised)
-    check_deployment(known_flags)
-    check_dockerfile(known_envs)
+    deployment_flags = check_deployment(known_flags)
+    image_env = check_dockerfile(known_envs)
+    check_image_defaults_match_deployment(image_env, deployment_flags)
     sharding_recipe(args.generated_dir, known_flags, static)
 
     for f in FINDINGS:

@@ -7,10 +7,12 @@
 
 mod cluster;
 mod etcd;
+mod exposure;
 mod load;
 mod yaml;
 
 pub use cluster::{member_id, ClusterConfig, Member};
+pub use exposure::check_client_exposure;
 pub use load::{load, load_from, LoadError, Loaded, Notice};
 
 use clap::Parser;
@@ -205,6 +207,14 @@ pub struct Config {
     /// reloads at once; 0 reloads only on SIGHUP.
     #[arg(long, env = "EPHD_TLS_RELOAD_INTERVAL", default_value = "5s", value_parser = parse_duration)]
     pub tls_reload_interval: Duration,
+    /// Serve plaintext (`http://`) client URLs on addresses other than
+    /// loopback. Without it ephd refuses to start on such a URL, because
+    /// anyone who can reach it could read and write every key (ephd has no
+    /// users); with it, ephd serves them and logs a WARN at startup. Use it
+    /// only on a private test network: otherwise serve `https://` with
+    /// `--client-cert-auth`.
+    #[arg(long, env = "EPHD_ALLOW_INSECURE_PLAINTEXT", default_value_t = false, action = clap::ArgAction::Set, value_parser = parse_bool, num_args = 0..=1, default_missing_value = "true")]
+    pub allow_insecure_plaintext: bool,
 
     /// Log filter (tracing syntax: error, warn, info, debug, or per-module
     /// directives); etcd's `panic` and `fatal` mean `error`.

@@ -92,6 +92,7 @@ const DURATION_FLAGS: &[&str] = &[
 /// may give them as YAML 1.1 words (`yes`, `on`), as etcd's parser reads them.
 const BOOL_FLAGS: &[&str] = &[
     "client-cert-auth",
+    "allow-insecure-plaintext",
     "strict-restore",
     "revision-continuity",
     "debug",

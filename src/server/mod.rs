@@ -160,8 +160,15 @@ fn list_builders() -> usize {
 
 impl Server {
     /// Restores state, builds the store and binds every listen URL. Fails
-    /// (without panicking) on bad URLs, ports in use or unreadable snapshots.
+    /// (without panicking) on bad URLs, ports in use, unreadable snapshots,
+    /// or plaintext on a non-loopback address without
+    /// `--allow-insecure-plaintext` ([`crate::config::check_client_exposure`]).
     pub async fn bind(mut config: Config) -> Result<Server, String> {
+        // Before anything is restored or bound: a refused exposure must
+        // leave no trace (README, "Container image").
+        for warning in crate::config::check_client_exposure(&config)? {
+            tracing::warn!("{warning}");
+        }
         let memory = MemoryPlan::new(&config, memory::memory_limit());
         tracing::info!(
             limit_bytes = memory.limit.bytes,

@@ -12,6 +12,7 @@ mod config;
 mod differential;
 mod embed;
 mod etcdctl;
+mod exposure;
 mod harness;
 mod kubernetes;
 mod kv;
