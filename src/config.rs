@@ -12,12 +12,18 @@ mod yaml;
 pub use load::{load, load_from, LoadError, Loaded, Notice};
 
 use clap::Parser;
+use serde::Serialize;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::time::Duration;
 
 /// ephd's configuration.
-#[derive(Parser, Debug, Clone)]
+///
+/// `Serialize` gives the effective configuration for the startup log line
+/// ([`Config::effective`]), keyed by flag name. Nothing here is secret: the
+/// TLS settings are file paths, never the files' contents.
+#[derive(Parser, Debug, Clone, Serialize)]
+#[serde(rename_all = "kebab-case")]
 #[command(
     name = "ephd",
     version,
@@ -66,6 +72,10 @@ pub struct Config {
         default_value = "10m",
         value_parser = parse_duration
     )]
+    #[serde(
+        rename = "experimental-watch-progress-notify-interval",
+        serialize_with = "duration_text"
+    )]
     pub watch_progress_notify_interval: Duration,
 
     /// Directory for the optional snapshots (keys, leases, revision; the
@@ -78,6 +88,7 @@ pub struct Config {
     /// written on SIGTERM/SIGINT); 0 writes only on shutdown. A crash loses
     /// the writes since the last snapshot.
     #[arg(long, env = "EPHD_SNAPSHOT_INTERVAL", default_value = "30s", value_parser = parse_duration)]
+    #[serde(serialize_with = "duration_text")]
     pub snapshot_interval: Duration,
 
     /// Start above every revision ever issued (the revision state file in
@@ -135,6 +146,7 @@ pub struct Config {
     /// bounds history already. An exact-etcd mode (`--etcd-compat`, not
     /// there yet) would default this to 0.
     #[arg(long, env = "EPHD_COMPACTION_SAFETY_NET", default_value = "1h", value_parser = parse_duration)]
+    #[serde(serialize_with = "duration_text")]
     pub compaction_safety_net: Duration,
 
     /// Space quota in bytes of accounted memory (keys, values and a fixed
@@ -167,6 +179,7 @@ pub struct Config {
     /// 10 MB lists drain at this machine's rate with at most one retry
     /// each, well within kube-apiserver's 60 s request timeout.
     #[arg(long, env = "EPHD_OVERLOAD_QUEUE_TIMEOUT", default_value = "20s", value_parser = parse_duration)]
+    #[serde(serialize_with = "duration_text")]
     pub overload_queue_timeout: Duration,
 
     /// Server certificate (PEM) for https:// listen URLs.
@@ -184,6 +197,31 @@ pub struct Config {
     /// Require a client certificate signed by `--trusted-ca-file`.
     #[arg(long, env = "EPHD_CLIENT_CERT_AUTH", default_value_t = false, action = clap::ArgAction::Set, value_parser = parse_bool, num_args = 0..=1, default_missing_value = "true")]
     pub client_cert_auth: bool,
+
+    /// Unary requests that take longer than this get a WARN line ("request
+    /// took too long", at most one every 10 s), like etcd's "apply request
+    /// took too long" at its default of 100ms. ephd times the whole call,
+    /// from its arrival to its status (queueing and sending the response
+    /// included), as `grpc_server_handling_seconds` does. 0 turns these
+    /// warnings off.
+    #[arg(
+        long = "experimental-warning-apply-duration",
+        env = "EPHD_WARNING_APPLY_DURATION",
+        default_value = "100ms",
+        value_parser = parse_duration
+    )]
+    #[serde(
+        rename = "experimental-warning-apply-duration",
+        serialize_with = "duration_text"
+    )]
+    pub warning_apply_duration: Duration,
+
+    /// Log format: `zap` writes one JSON object per line with etcd's field
+    /// names (`level`, `ts`, `caller`, `msg`), as etcd 3.5+ always does;
+    /// `capnslog` writes text lines, for etcd 3.4 command lines that ask for
+    /// it. README, Logging, says why JSON is the default.
+    #[arg(long, env = "EPHD_LOGGER", default_value = "zap", value_parser = ["zap", "capnslog"])]
+    pub logger: String,
 
     /// Log filter (tracing syntax: error, warn, info, debug, or per-module
     /// directives); etcd's `panic` and `fatal` mean `error`.
@@ -213,11 +251,13 @@ pub struct Config {
     /// How long a connection may be idle before the server pings the client
     /// to check it is alive (Go duration syntax); 0 turns the pings off.
     #[arg(long, env = "EPHD_GRPC_KEEPALIVE_INTERVAL", default_value = "2h", value_parser = parse_duration)]
+    #[serde(serialize_with = "duration_text")]
     pub grpc_keepalive_interval: Duration,
 
     /// How long the server waits for the answer to a keepalive ping before
     /// closing the connection; 0 waits forever.
     #[arg(long, env = "EPHD_GRPC_KEEPALIVE_TIMEOUT", default_value = "20s", value_parser = parse_duration)]
+    #[serde(serialize_with = "duration_text")]
     pub grpc_keepalive_timeout: Duration,
 }
 
@@ -237,6 +277,19 @@ impl Config {
             "panic" | "fatal" | "dpanic" => "error".to_string(),
             other => other.to_string(),
         }
+    }
+
+    /// The effective configuration as a JSON object keyed by flag name
+    /// (durations in Go's syntax, as the flags take them), for the startup
+    /// log line: what the server really runs with, whatever mix of flags,
+    /// `ETCD_*`/`EPHD_*` variables and configuration file set it.
+    pub fn effective(&self) -> serde_json::Value {
+        serde_json::to_value(self).unwrap_or_else(|e| serde_json::Value::String(e.to_string()))
+    }
+
+    /// Whether `--logger` asks for JSON lines (`zap`) rather than text.
+    pub fn json_logs(&self) -> bool {
+        self.logger != "capnslog"
     }
 
     /// The URLs to advertise: `--advertise-client-urls`, or the listen URLs.
@@ -317,6 +370,49 @@ impl Config {
 /// variables use.
 pub fn parse_bool(s: &str) -> Result<bool, String> {
     etcd::go_bool(s)
+}
+
+/// A duration as [`parse_duration`] reads it back (`10m0s`, `250ms`, `0s`),
+/// Go's own spelling, so the startup line shows what a flag would be given.
+fn duration_text<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&go_duration(*d))
+}
+
+/// Go's `time.Duration.String()`: `1h2m3.5s`, `1.5ms`, `0s`.
+pub fn go_duration(d: Duration) -> String {
+    let nanos = d.as_nanos();
+    if nanos == 0 {
+        return "0s".to_string();
+    }
+    if nanos < 1_000_000_000 {
+        let (unit, per) = if nanos < 1_000 {
+            ("ns", 1)
+        } else if nanos < 1_000_000 {
+            ("µs", 1_000)
+        } else {
+            ("ms", 1_000_000)
+        };
+        return format!("{}{unit}", fraction(nanos, per));
+    }
+    let secs = d.as_secs();
+    let (h, m) = (secs / 3600, secs / 60 % 60);
+    let s = fraction(nanos % 60_000_000_000, 1_000_000_000);
+    match (h, m) {
+        (0, 0) => format!("{s}s"),
+        (0, m) => format!("{m}m{s}s"),
+        (h, m) => format!("{h}h{m}m{s}s"),
+    }
+}
+
+/// `n / per` with the remainder as decimals, trailing zeros dropped.
+fn fraction(n: u128, per: u128) -> String {
+    let (whole, rest) = (n / per, n % per);
+    if rest == 0 {
+        return whole.to_string();
+    }
+    let width = per.ilog10() as usize;
+    let decimals = format!("{rest:0width$}");
+    format!("{whole}.{}", decimals.trim_end_matches('0'))
 }
 
 /// Parses Go's duration syntax (`1h30m`, `10s`, `250ms`, `0`), which etcd's
@@ -415,6 +511,51 @@ mod tests {
         assert_eq!(net("0").compaction_safety_net, Duration::ZERO);
         assert_eq!(net("90m").compaction_safety_net, Duration::from_secs(5400));
         assert!(Config::try_parse_from(["ephd", "--compaction-safety-net", "1"]).is_err());
+    }
+
+    #[test]
+    fn durations_print_as_go_prints_them_and_parse_back() {
+        for (d, text) in [
+            (Duration::ZERO, "0s"),
+            (Duration::from_nanos(1500), "1.5µs"),
+            (Duration::from_millis(250), "250ms"),
+            (Duration::from_micros(1_500), "1.5ms"),
+            (Duration::from_secs(20), "20s"),
+            (Duration::from_millis(1_500), "1.5s"),
+            (Duration::from_secs(600), "10m0s"),
+            (Duration::from_secs(7200), "2h0m0s"),
+            (Duration::from_secs(3723), "1h2m3s"),
+        ] {
+            assert_eq!(go_duration(d), text);
+            assert_eq!(parse_duration(text), Ok(d), "{text}");
+        }
+    }
+
+    /// The startup line shows every setting: each flag of [`Config`] is a
+    /// key of [`Config::effective`], under its own name.
+    #[test]
+    fn the_effective_configuration_has_every_flag() {
+        use clap::CommandFactory;
+        let c = Config::parse_from(["ephd", "--key-file", "/etc/ephd/server.key"]);
+        let v = c.effective();
+        let object = v.as_object().expect("an object");
+        let mut flags = 0;
+        for arg in Config::command().get_arguments() {
+            let Some(long) = arg.get_long() else { continue };
+            if long == "help" || long == "version" {
+                continue;
+            }
+            flags += 1;
+            assert!(object.contains_key(long), "--{long} missing from {v}");
+        }
+        assert_eq!(object.len(), flags, "{v}");
+        assert_eq!(v["key-file"], "/etc/ephd/server.key");
+        assert_eq!(v["experimental-watch-progress-notify-interval"], "10m0s");
+        assert_eq!(v["listen-client-urls"][0], "http://127.0.0.1:2379");
+        assert_eq!(v["logger"], "zap");
+        assert_eq!(v["quota-backend-bytes"], 0);
+        assert_eq!(v["client-cert-auth"], false);
+        assert!(v["data-dir"].is_null());
     }
 
     #[test]

@@ -15,6 +15,7 @@
 //! persist/    the optional snapshot file.
 //! error.rs    the one table of etcd errors (code + exact message).
 //! config.rs   command-line flags with etcd's names, `EPHD_*` env vars.
+//! logging.rs  `--logger` (zap's JSON lines or text) and `--log-outputs`.
 //! proto.rs    etcd's wire format, generated from `proto/`.
 //! ```
 //! Dependencies run one way: `server` → `api` → `watch` → `mvcc` → `lease`
@@ -30,6 +31,7 @@ pub mod config;
 pub mod error;
 pub mod http;
 pub mod lease;
+pub mod logging;
 pub mod metrics;
 pub mod mvcc;
 pub mod persist;

@@ -15,6 +15,7 @@ mod kv;
 mod layout;
 mod lease;
 mod limits;
+mod logging;
 mod maintenance;
 mod metrics;
 mod operations;
