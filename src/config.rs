@@ -16,12 +16,18 @@ pub use exposure::check_client_exposure;
 pub use load::{load, load_from, LoadError, Loaded, Notice};
 
 use clap::Parser;
+use serde::Serialize;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::time::Duration;
 
 /// ephd's configuration.
-#[derive(Parser, Debug, Clone)]
+///
+/// `Serialize` gives the effective configuration for the startup log line
+/// ([`Config::effective`]), keyed by flag name. Nothing here is secret: the
+/// TLS settings are file paths, never the files' contents.
+#[derive(Parser, Debug, Clone, Serialize)]
+#[serde(rename_all = "kebab-case")]
 #[command(
     name = "ephd",
     version,
@@ -70,6 +76,10 @@ pub struct Config {
         default_value = "10m",
         value_parser = parse_duration
     )]
+    #[serde(
+        rename = "experimental-watch-progress-notify-interval",
+        serialize_with = "duration_text"
+    )]
     pub watch_progress_notify_interval: Duration,
 
     /// Directory for the optional snapshots (keys, leases, revision; the
@@ -82,6 +92,7 @@ pub struct Config {
     /// written on SIGTERM/SIGINT); 0 writes only on shutdown. A crash loses
     /// the writes since the last snapshot.
     #[arg(long, env = "EPHD_SNAPSHOT_INTERVAL", default_value = "30s", value_parser = parse_duration)]
+    #[serde(serialize_with = "duration_text")]
     pub snapshot_interval: Duration,
 
     /// Start above every revision ever issued (the revision state file in
@@ -149,6 +160,7 @@ pub struct Config {
     /// compacts). Not used when `--auto-compaction-retention` is set, which
     /// bounds history already. `--etcd-compat` defaults it to 0.
     #[arg(long, env = "EPHD_COMPACTION_SAFETY_NET", default_value = "1h", value_parser = parse_duration)]
+    #[serde(serialize_with = "duration_text")]
     pub compaction_safety_net: Duration,
 
     /// Space quota in bytes of accounted memory (keys, values and a fixed
@@ -181,6 +193,7 @@ pub struct Config {
     /// 10 MB lists drain at this machine's rate with at most one retry
     /// each, well within kube-apiserver's 60 s request timeout.
     #[arg(long, env = "EPHD_OVERLOAD_QUEUE_TIMEOUT", default_value = "20s", value_parser = parse_duration)]
+    #[serde(serialize_with = "duration_text")]
     pub overload_queue_timeout: Duration,
 
     /// Server certificate (PEM) for https:// listen URLs.
@@ -206,6 +219,7 @@ pub struct Config {
     /// a restart, as cert-manager and Kubernetes secret volumes expect. SIGHUP
     /// reloads at once; 0 reloads only on SIGHUP.
     #[arg(long, env = "EPHD_TLS_RELOAD_INTERVAL", default_value = "5s", value_parser = parse_duration)]
+    #[serde(serialize_with = "duration_text")]
     pub tls_reload_interval: Duration,
     /// Serve plaintext (`http://`) client URLs on addresses other than
     /// loopback. Without it ephd refuses to start on such a URL, because
@@ -215,6 +229,30 @@ pub struct Config {
     /// `--client-cert-auth`.
     #[arg(long, env = "EPHD_ALLOW_INSECURE_PLAINTEXT", default_value_t = false, action = clap::ArgAction::Set, value_parser = parse_bool, num_args = 0..=1, default_missing_value = "true")]
     pub allow_insecure_plaintext: bool,
+    /// Unary requests that take longer than this get a WARN line ("request
+    /// took too long", at most one every 10 s), like etcd's "apply request
+    /// took too long" at its default of 100ms. ephd times the whole call,
+    /// from its arrival to its status (queueing and sending the response
+    /// included), as `grpc_server_handling_seconds` does. 0 turns these
+    /// warnings off.
+    #[arg(
+        long = "experimental-warning-apply-duration",
+        env = "EPHD_WARNING_APPLY_DURATION",
+        default_value = "100ms",
+        value_parser = parse_duration
+    )]
+    #[serde(
+        rename = "experimental-warning-apply-duration",
+        serialize_with = "duration_text"
+    )]
+    pub warning_apply_duration: Duration,
+
+    /// Log format: `zap` writes one JSON object per line with etcd's field
+    /// names (`level`, `ts`, `caller`, `msg`), as etcd 3.5+ always does;
+    /// `capnslog` writes text lines, for etcd 3.4 command lines that ask for
+    /// it. README, Logging, says why JSON is the default.
+    #[arg(long, env = "EPHD_LOGGER", default_value = "zap", value_parser = ["zap", "capnslog"])]
+    pub logger: String,
 
     /// Log filter (tracing syntax: error, warn, info, debug, or per-module
     /// directives); etcd's `panic` and `fatal` mean `error`.
@@ -244,17 +282,20 @@ pub struct Config {
     /// How long a connection may be idle before the server pings the client
     /// to check it is alive (Go duration syntax); 0 turns the pings off.
     #[arg(long, env = "EPHD_GRPC_KEEPALIVE_INTERVAL", default_value = "2h", value_parser = parse_duration)]
+    #[serde(serialize_with = "duration_text")]
     pub grpc_keepalive_interval: Duration,
 
     /// How long the server waits for the answer to a keepalive ping before
     /// closing the connection; 0 waits forever.
     #[arg(long, env = "EPHD_GRPC_KEEPALIVE_TIMEOUT", default_value = "20s", value_parser = parse_duration)]
+    #[serde(serialize_with = "duration_text")]
     pub grpc_keepalive_timeout: Duration,
 
     /// Cluster mode's settings, from etcd's clustering flags; set by
     /// [`load`] only when `--initial-cluster` names another member than
     /// this one. `None` runs the single-member path.
     #[arg(skip)]
+    #[serde(skip)]
     pub cluster: Option<ClusterConfig>,
 }
 
@@ -309,6 +350,19 @@ impl Config {
             self.compaction_safety_net = Duration::ZERO;
         }
         kept
+    }
+
+    /// The effective configuration as a JSON object keyed by flag name
+    /// (durations in Go's syntax, as the flags take them), for the startup
+    /// log line: what the server really runs with, whatever mix of flags,
+    /// `ETCD_*`/`EPHD_*` variables and configuration file set it.
+    pub fn effective(&self) -> serde_json::Value {
+        serde_json::to_value(self).unwrap_or_else(|e| serde_json::Value::String(e.to_string()))
+    }
+
+    /// Whether `--logger` asks for JSON lines (`zap`) rather than text.
+    pub fn json_logs(&self) -> bool {
+        self.logger != "capnslog"
     }
 
     /// The URLs to advertise: `--advertise-client-urls`, or the listen URLs.
@@ -389,6 +443,49 @@ impl Config {
 /// variables use.
 pub fn parse_bool(s: &str) -> Result<bool, String> {
     etcd::go_bool(s)
+}
+
+/// A duration as [`parse_duration`] reads it back (`10m0s`, `250ms`, `0s`),
+/// Go's own spelling, so the startup line shows what a flag would be given.
+fn duration_text<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&go_duration(*d))
+}
+
+/// Go's `time.Duration.String()`: `1h2m3.5s`, `1.5ms`, `0s`.
+pub fn go_duration(d: Duration) -> String {
+    let nanos = d.as_nanos();
+    if nanos == 0 {
+        return "0s".to_string();
+    }
+    if nanos < 1_000_000_000 {
+        let (unit, per) = if nanos < 1_000 {
+            ("ns", 1)
+        } else if nanos < 1_000_000 {
+            ("µs", 1_000)
+        } else {
+            ("ms", 1_000_000)
+        };
+        return format!("{}{unit}", fraction(nanos, per));
+    }
+    let secs = d.as_secs();
+    let (h, m) = (secs / 3600, secs / 60 % 60);
+    let s = fraction(nanos % 60_000_000_000, 1_000_000_000);
+    match (h, m) {
+        (0, 0) => format!("{s}s"),
+        (0, m) => format!("{m}m{s}s"),
+        (h, m) => format!("{h}h{m}m{s}s"),
+    }
+}
+
+/// `n / per` with the remainder as decimals, trailing zeros dropped.
+fn fraction(n: u128, per: u128) -> String {
+    let (whole, rest) = (n / per, n % per);
+    if rest == 0 {
+        return whole.to_string();
+    }
+    let width = per.ilog10() as usize;
+    let decimals = format!("{rest:0width$}");
+    format!("{whole}.{}", decimals.trim_end_matches('0'))
 }
 
 /// Parses Go's duration syntax (`1h30m`, `10s`, `250ms`, `0`), which etcd's
@@ -512,6 +609,51 @@ mod tests {
         assert_eq!(net("0").compaction_safety_net, Duration::ZERO);
         assert_eq!(net("90m").compaction_safety_net, Duration::from_secs(5400));
         assert!(Config::try_parse_from(["ephd", "--compaction-safety-net", "1"]).is_err());
+    }
+
+    #[test]
+    fn durations_print_as_go_prints_them_and_parse_back() {
+        for (d, text) in [
+            (Duration::ZERO, "0s"),
+            (Duration::from_nanos(1500), "1.5µs"),
+            (Duration::from_millis(250), "250ms"),
+            (Duration::from_micros(1_500), "1.5ms"),
+            (Duration::from_secs(20), "20s"),
+            (Duration::from_millis(1_500), "1.5s"),
+            (Duration::from_secs(600), "10m0s"),
+            (Duration::from_secs(7200), "2h0m0s"),
+            (Duration::from_secs(3723), "1h2m3s"),
+        ] {
+            assert_eq!(go_duration(d), text);
+            assert_eq!(parse_duration(text), Ok(d), "{text}");
+        }
+    }
+
+    /// The startup line shows every setting: each flag of [`Config`] is a
+    /// key of [`Config::effective`], under its own name.
+    #[test]
+    fn the_effective_configuration_has_every_flag() {
+        use clap::CommandFactory;
+        let c = Config::parse_from(["ephd", "--key-file", "/etc/ephd/server.key"]);
+        let v = c.effective();
+        let object = v.as_object().expect("an object");
+        let mut flags = 0;
+        for arg in Config::command().get_arguments() {
+            let Some(long) = arg.get_long() else { continue };
+            if long == "help" || long == "version" {
+                continue;
+            }
+            flags += 1;
+            assert!(object.contains_key(long), "--{long} missing from {v}");
+        }
+        assert_eq!(object.len(), flags, "{v}");
+        assert_eq!(v["key-file"], "/etc/ephd/server.key");
+        assert_eq!(v["experimental-watch-progress-notify-interval"], "10m0s");
+        assert_eq!(v["listen-client-urls"][0], "http://127.0.0.1:2379");
+        assert_eq!(v["logger"], "zap");
+        assert_eq!(v["quota-backend-bytes"], 0);
+        assert_eq!(v["client-cert-auth"], false);
+        assert!(v["data-dir"].is_null());
     }
 
     #[test]

@@ -21,6 +21,7 @@
 //! config.rs   command-line flags with etcd's names, `EPHD_*` and `ETCD_*`
 //!             env vars, etcd's YAML file, `--etcd-compat`.
 //! embed.rs    an in-process ephd for test suites (etcd's `embed`).
+//! logging.rs  `--logger` (zap's JSON lines or text) and `--log-outputs`.
 //! proto.rs    etcd's wire format, generated from `proto/`.
 //! ```
 //! Dependencies run one way: `server` → `api` → `cluster` → `watch` →
@@ -39,6 +40,7 @@ pub mod embed;
 pub mod error;
 pub mod http;
 pub mod lease;
+pub mod logging;
 pub mod metrics;
 pub mod mvcc;
 pub mod persist;

@@ -2,13 +2,10 @@
 
 #![forbid(unsafe_code)]
 
-use ephd::config::{self, LoadError, Notice};
+use ephd::config::{self, Config, LoadError, Notice};
+use ephd::logging::LogOutputs;
 use ephd::server::Server;
-use parking_lot::Mutex;
-use std::fs::File;
-use std::io::Write;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 /// jemalloc returns freed memory to the system (after compaction, lease
 /// expiry) and fragments less than glibc's allocator under the many small,
@@ -86,33 +83,47 @@ async fn serve() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let filter = tracing_subscriber::EnvFilter::try_new(config.log_filter())
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(!outputs.has_file())
-        .with_writer(outputs)
-        .init();
+    ephd::logging::init(&config, outputs);
+    log_startup(&config);
     for notice in loaded.notices {
         match notice {
             Notice::Info(m) => tracing::info!("{m}"),
             Notice::Warn(m) => tracing::warn!("{m}"),
         }
     }
+    // From here on errors go through the logger, so that with
+    // `--logger=zap` even the last line is a JSON object.
     let server = match Server::bind(config).await {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("ephd: {e}");
+            tracing::error!("ephd: {e}");
             return ExitCode::from(2);
         }
     };
     match server.run(shutdown_signal()).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("ephd: {e}");
+            tracing::error!("ephd: {e}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// The first line: what runs (ephd's version and the etcd version it
+/// reports to clients, on what) and with which settings, each under its
+/// flag's name, however it was given.
+fn log_startup(config: &Config) {
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    tracing::info!(
+        "ephd-version" = env!("CARGO_PKG_VERSION"),
+        "etcd-version" = ephd::api::ETCD_VERSION,
+        os = std::env::consts::OS,
+        arch = std::env::consts::ARCH,
+        "max-cpu-available" = cpus,
+        pid = std::process::id(),
+        config = %config.effective(),
+        "starting ephd"
+    );
 }
 
 /// Completes on SIGINT or SIGTERM.
@@ -136,85 +147,4 @@ async fn shutdown_signal() {
     #[cfg(not(unix))]
     let _ = ctrl_c.await;
     tracing::info!("shutting down");
-}
-
-/// Where log lines go (`--log-outputs`): each formatted event is written
-/// whole to every output, so lines from concurrent threads never interleave
-/// within one output.
-#[derive(Clone)]
-struct LogOutputs(Arc<Vec<LogOutput>>);
-
-/// One `--log-outputs` target.
-enum LogOutput {
-    Stdout,
-    Stderr,
-    /// A file opened for appending, as etcd's zap logger does.
-    File(Mutex<File>),
-}
-
-impl LogOutputs {
-    /// Opens etcd's `--log-outputs` list: `default` and `stderr` (ephd has
-    /// no journald output, so `default` is stderr), `stdout`, or file paths.
-    fn open(names: &[String]) -> Result<LogOutputs, String> {
-        let mut outputs = Vec::new();
-        for name in names.iter().map(|n| n.trim()).filter(|n| !n.is_empty()) {
-            outputs.push(match name {
-                "default" | "stderr" => LogOutput::Stderr,
-                "stdout" => LogOutput::Stdout,
-                path => LogOutput::File(Mutex::new(
-                    File::options()
-                        .create(true)
-                        .append(true)
-                        .open(path)
-                        .map_err(|e| format!("cannot open --log-outputs file {path}: {e}"))?,
-                )),
-            });
-        }
-        if outputs.is_empty() {
-            outputs.push(LogOutput::Stderr);
-        }
-        Ok(LogOutputs(Arc::new(outputs)))
-    }
-
-    /// Whether a file is among the outputs: files get no ANSI colours,
-    /// which would only be escape codes in them.
-    fn has_file(&self) -> bool {
-        self.0.iter().any(|o| matches!(o, LogOutput::File(_)))
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogOutputs {
-    type Writer = LogWriter<'a>;
-
-    fn make_writer(&'a self) -> Self::Writer {
-        LogWriter(&self.0)
-    }
-}
-
-/// Writes one log event to every output; an output that fails (a full
-/// disk, a closed pipe) does not keep the others from getting it.
-struct LogWriter<'a>(&'a [LogOutput]);
-
-impl Write for LogWriter<'_> {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        for output in self.0 {
-            let _ = match output {
-                LogOutput::Stdout => std::io::stdout().write_all(buf),
-                LogOutput::Stderr => std::io::stderr().write_all(buf),
-                LogOutput::File(f) => f.lock().write_all(buf),
-            };
-        }
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        for output in self.0 {
-            let _ = match output {
-                LogOutput::Stdout => std::io::stdout().flush(),
-                LogOutput::Stderr => std::io::stderr().flush(),
-                LogOutput::File(f) => f.lock().flush(),
-            };
-        }
-        Ok(())
-    }
 }

@@ -6,7 +6,8 @@
 //! either runs with the same meaning or stops with a clear message.
 //!
 //! The flags ephd implements (`--name`, `--listen-client-urls`,
-//! `--quota-backend-bytes`, `--max-request-bytes`, TLS, logging, ...) are
+//! `--quota-backend-bytes`, `--max-request-bytes`, TLS, `--logger` and the
+//! other logging flags, ...) are
 //! fields of [`Config`](super::Config) instead.
 
 use super::cluster::{self, ClusterConfig};
@@ -130,11 +131,6 @@ pub(super) const COMPAT: &[Compat] = &[
         "experimental-enable-lease-checkpoint",
         Kind::Bool,
         Effect::Ignored("leases live in one process: there is no leader change to survive"),
-    ),
-    c(
-        "experimental-warning-apply-duration",
-        Kind::Duration,
-        Effect::Ignored("ephd does not time applies"),
     ),
     // Clustering: ignored for a single member; cluster mode reads them
     // (`judge`, `cluster.rs`). --initial-cluster is added by `add_compat_args`.
@@ -320,11 +316,6 @@ pub(super) const COMPAT: &[Compat] = &[
         "metrics",
         Kind::OneOf(&["basic", "extensive"]),
         Effect::Ignored("ephd exports one set of metrics"),
-    ),
-    c(
-        "logger",
-        Kind::OneOf(&["zap", "capnslog"]),
-        Effect::Ignored("ephd writes one log format"),
     ),
     c(
         "log-package-levels",

@@ -86,6 +86,7 @@ const DURATION_FLAGS: &[&str] = &[
     "grpc-keepalive-interval",
     "grpc-keepalive-timeout",
     "tls-reload-interval",
+    "experimental-warning-apply-duration",
 ];
 
 /// Flags ephd implements whose values are booleans: a configuration file
@@ -432,7 +433,7 @@ mod tests {
         let l = load(
             &[
                 "--snapshot-count=10000",
-                "--logger=zap",
+                "--metrics=basic",
                 "--enable-pprof",
                 "--feature-gates=InitialCorruptCheck=true",
                 "--experimental-initial-corrupt-check=true",
@@ -466,6 +467,7 @@ mod tests {
         assert!(load(&["--grpc-keepalive-min-time=5s", "--enable-v2=false"], &[]).is_ok());
         assert!(load(&["--snapshot-count=many"], &[]).is_err());
         assert!(load(&["--logger=glog"], &[]).is_err());
+        assert!(load(&["--metrics=all"], &[]).is_err());
     }
 
     #[test]
@@ -543,6 +545,11 @@ mod tests {
         assert_eq!(c.grpc_keepalive_timeout, Duration::ZERO);
         assert_eq!(c.log_outputs, ["stdout", "stderr"]);
         assert_eq!(c.log_filter(), "debug");
+        assert!(c.json_logs(), "zap, etcd 3.5's only logger, is the default");
+        let text = load(&["--logger=capnslog"], &[("ETCD_LOG_LEVEL", "warn")]).unwrap();
+        assert!(!text.config.json_logs());
+        assert_eq!(text.config.log_filter(), "warn");
+        assert!(warnings(&text).is_empty(), "--logger is implemented");
         let fatal = load(&["--log-level=fatal"], &[]).unwrap();
         assert_eq!(fatal.config.log_filter(), "error");
         assert!(warnings(&fatal).is_empty());

@@ -14,6 +14,12 @@
 //! histogram observation and one small box for the request body wrapper;
 //! every label set is resolved once, when the server starts.
 //!
+//! The same layer hands calls that failed or took longer than the slow
+//! threshold to [`RequestWarnings`] for a rate-limited WARN line; every
+//! other call costs it one comparison of the duration measured for the
+//! histogram, and one lookup of the client's address in the request's
+//! extensions when the call arrives.
+//!
 //! Semantics follow go-grpc-prometheus: a call is started when it arrives
 //! and handled when the handler ends (for streams: when the stream ends),
 //! with the code it ended with; a call the client abandoned before it ended
@@ -23,12 +29,14 @@
 //! are no known method (tonic answers them Unimplemented) are not counted,
 //! as grpc-go never reaches its interceptors for them.
 
+use super::warnings::{Finished, RequestWarnings};
 use bytes::{Buf, Bytes};
 use prometheus::{
     Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts, Registry,
 };
 use std::collections::HashMap;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -133,6 +141,7 @@ pub const CODES: [&str; 17] = [
     "Unauthenticated",
 ];
 
+const OK: usize = 0;
 const CANCELED: usize = 1;
 const UNKNOWN: usize = 2;
 
@@ -157,6 +166,9 @@ pub struct GrpcMetrics {
     methods: Vec<Method>,
     received_bytes: IntCounter,
     sent_bytes: IntCounter,
+    /// The warnings about rejected, shed and slow calls; the server sets
+    /// their slow threshold from its configuration.
+    pub warnings: RequestWarnings,
 }
 
 impl GrpcMetrics {
@@ -243,6 +255,7 @@ impl GrpcMetrics {
             methods,
             received_bytes,
             sent_bytes,
+            warnings: RequestWarnings::default(),
         })
     }
 
@@ -307,23 +320,59 @@ fn code_of(headers: &http::HeaderMap) -> Option<usize> {
     Some(n.filter(|n| *n < CODES.len()).unwrap_or(UNKNOWN))
 }
 
+/// The client's address: tonic puts the TCP connection's details in every
+/// request's extensions (TLS connections get them too, beside the TLS ones).
+fn remote_of<B>(req: &http::Request<B>) -> Option<SocketAddr> {
+    req.extensions()
+        .get::<tonic::transport::server::TcpConnectInfo>()
+        .and_then(|info| info.remote_addr())
+}
+
 /// One call in flight. Handled once: with the code it ends with, or with
 /// Canceled when it is dropped before it ended (the client went away).
 struct Call {
     metrics: Arc<GrpcMetrics>,
     method: usize,
     start: Instant,
+    remote: Option<SocketAddr>,
     done: bool,
 }
 
 impl Call {
-    fn finish(&mut self, code: usize) {
+    /// Ends the call with `code`; `status` holds the headers or trailers
+    /// that carried it (its message is read only for a warning).
+    fn finish(&mut self, code: usize, status: Option<&http::HeaderMap>) {
         if std::mem::replace(&mut self.done, true) {
             return;
         }
         let m = &self.metrics.methods[self.method];
         m.handled[code].inc();
-        m.seconds.observe(self.start.elapsed().as_secs_f64());
+        let took = self.start.elapsed();
+        m.seconds.observe(took.as_secs_f64());
+        if self.metrics.warnings.worth_a_look(code, took) {
+            self.warn(code, status, took);
+        }
+    }
+
+    /// Hands a failed or slow call to the warnings, off the common path.
+    #[cold]
+    #[inline(never)]
+    fn warn(&self, code: usize, status: Option<&http::HeaderMap>, took: std::time::Duration) {
+        let (service, method, kind) = METHODS[self.method];
+        let message = status
+            .filter(|_| code != OK)
+            .and_then(tonic::Status::from_header_map)
+            .map(|s| s.message().to_string());
+        self.metrics.warnings.report(&Finished {
+            service,
+            method,
+            unary: kind == RpcType::Unary,
+            code_name: CODES[code],
+            code,
+            message: message.as_deref(),
+            remote: self.remote,
+            took,
+        });
     }
 
     fn sent(&self, messages: u64, bytes: u64) {
@@ -336,7 +385,7 @@ impl Call {
 
 impl Drop for Call {
     fn drop(&mut self) {
-        self.finish(CANCELED);
+        self.finish(CANCELED, None);
     }
 }
 
@@ -383,6 +432,7 @@ where
             };
         };
         self.metrics.methods[method].started.inc();
+        let remote = remote_of(&req);
         let metrics = self.metrics.clone();
         let req = req.map(|inner| {
             tonic::body::Body::new(RequestBody {
@@ -398,6 +448,7 @@ where
                 metrics: self.metrics.clone(),
                 method,
                 start: Instant::now(),
+                remote,
                 done: false,
             }),
         }
@@ -428,7 +479,7 @@ where
         Poll::Ready(res.map(|resp| {
             if let Some(code) = call.as_ref().and_then(|_| code_of(resp.headers())) {
                 if let Some(mut c) = call.take() {
-                    c.finish(code);
+                    c.finish(code, Some(resp.headers()));
                 }
             }
             resp.map(|inner| MetricsBody {
@@ -471,14 +522,14 @@ where
                         let (messages, bytes) = this.frames.feed(data.chunk());
                         call.sent(messages, bytes);
                     } else if let Some(trailers) = frame.trailers_ref() {
-                        call.finish(code_of(trailers).unwrap_or(UNKNOWN));
+                        call.finish(code_of(trailers).unwrap_or(UNKNOWN), Some(trailers));
                         *this.call = None;
                     }
                 }
                 // A body that fails or ends without a status ends the call
                 // with no status grpc-go would have sent: Unknown.
                 Some(Err(_)) | None => {
-                    call.finish(UNKNOWN);
+                    call.finish(UNKNOWN, None);
                     *this.call = None;
                 }
             }
@@ -690,6 +741,94 @@ mod tests {
         );
         assert_eq!(value(&r, "grpc_server_handling_seconds", "Txn", None), 1);
         assert_eq!(value(&r, "grpc_server_started_total", "Nope", None), 0);
+    }
+
+    /// The layer hands shed and slow calls to the warnings with what it
+    /// saw of them: two shed Ranges log one line (the second is held back),
+    /// a slow Put one line, and a watch stream's end nothing (streams are
+    /// never slow).
+    #[tokio::test]
+    async fn shed_and_slow_calls_are_logged_once_per_period() {
+        use tower::{Layer, Service, ServiceExt};
+        let r = Registry::new();
+        let g = Arc::new(GrpcMetrics::new(&r).unwrap());
+        // Every unary call that takes any time at all is slow.
+        g.warnings.set_slow(std::time::Duration::from_nanos(1));
+        let (logs, _guard) = crate::logging::capture::capture(true);
+        let inner = tower::service_fn(|req: http::Request<tonic::body::Body>| async move {
+            let resp = match req.uri().path() {
+                "/etcdserverpb.KV/Range" => {
+                    tonic::Status::resource_exhausted("etcdserver: too many requests")
+                        .into_http::<tonic::body::Body>()
+                }
+                _ => {
+                    tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+                    let ok = futures::stream::iter(vec![Ok::<_, tonic::Status>(
+                        http_body::Frame::trailers({
+                            let mut t = http::HeaderMap::new();
+                            t.insert("grpc-status", "0".parse().unwrap());
+                            t
+                        }),
+                    )]);
+                    http::Response::new(tonic::body::Body::new(http_body_util::StreamBody::new(ok)))
+                }
+            };
+            Ok::<_, std::convert::Infallible>(resp)
+        });
+        let mut svc = GrpcMetricsLayer(g.clone()).layer(inner);
+        let remote: SocketAddr = "192.0.2.1:40000".parse().unwrap();
+        for path in [
+            "/etcdserverpb.KV/Range",
+            "/etcdserverpb.KV/Range",
+            "/etcdserverpb.KV/Put",
+            "/etcdserverpb.Watch/Watch",
+        ] {
+            let mut req = http::Request::builder()
+                .uri(path)
+                .body(tonic::body::Body::empty())
+                .unwrap();
+            req.extensions_mut()
+                .insert(tonic::transport::server::TcpConnectInfo {
+                    local_addr: None,
+                    remote_addr: Some(remote),
+                });
+            let resp = svc.ready().await.unwrap().call(req).await.unwrap();
+            drain(resp.into_body()).await;
+        }
+        let text = logs.text();
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        let shed = &lines[0];
+        assert_eq!(shed["level"], "warn");
+        assert!(
+            shed["msg"].as_str().unwrap().starts_with("request shed"),
+            "{text}"
+        );
+        assert_eq!(shed["method"], "/etcdserverpb.KV/Range");
+        assert_eq!(shed["code"], "ResourceExhausted");
+        assert_eq!(shed["error"], "etcdserver: too many requests");
+        assert_eq!(shed["remote"], "192.0.2.1:40000");
+        assert_eq!(shed["suppressed"], 0);
+        assert!(shed["took"].as_str().unwrap().ends_with('s'), "{text}");
+        let slow = &lines[1];
+        assert_eq!(slow["msg"], "request took too long");
+        assert_eq!(slow["method"], "/etcdserverpb.KV/Put");
+        assert_eq!(slow["code"], "OK");
+        assert!(slow.get("error").is_none(), "{text}");
+        assert_eq!(slow["expected-duration"], "1ns");
+        assert_eq!(
+            value(
+                &r,
+                "grpc_server_handled_total",
+                "Range",
+                Some("ResourceExhausted")
+            ),
+            2,
+            "both counted, one logged"
+        );
     }
 
     #[test]

@@ -1,10 +1,13 @@
 //! Prometheus metrics under etcd's names, so existing etcd dashboards and
 //! alerts (etcd's `contrib/mixin`) work against ephd. Counters are bumped
-//! by the gRPC adapters and by the gRPC metrics layer ([`grpc`]); gauges
+//! by the gRPC adapters and by the gRPC metrics layer ([`grpc`]), which
+//! also logs the rate-limited warnings about rejected, shed and slow
+//! requests ([`warnings`]) since it sees every call end anyway; gauges
 //! are read from the store at scrape time. README.md, "Metrics", lists what
 //! is served and which etcd metrics stay absent, and why.
 
 pub mod grpc;
+pub mod warnings;
 
 use crate::mvcc::Store;
 use prometheus::{Encoder, IntCounter, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};

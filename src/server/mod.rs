@@ -241,6 +241,10 @@ impl Server {
         let metrics = Metrics::new();
         metrics.set_server_version(crate::api::ETCD_VERSION);
         metrics
+            .grpc
+            .warnings
+            .set_slow(config.warning_apply_duration);
+        metrics
             .quota_backend_bytes
             .set(memory.quota_bytes.unwrap_or(-1));
         Ok(Server {

@@ -177,7 +177,7 @@ fn an_etcd_env_file_configures_ephd_as_it_configures_etcd() {
                 "flag --heartbeat-interval is accepted for etcd compatibility and ignored: ",
                 "flag --listen-peer-urls is accepted for etcd compatibility and ignored: ",
                 "flag --initial-cluster is accepted for etcd compatibility and ignored: ",
-                "flag --logger is accepted for etcd compatibility and ignored: ",
+                "recognized and used environment variable ETCD_LOGGER=zap",
             ] {
                 assert!(logs.contains(expected), "missing {expected:?} in\n{logs}");
             }
@@ -506,10 +506,11 @@ fn log_outputs_can_add_a_file() {
     let mut cmd = ephd();
     cmd.arg(format!("--listen-client-urls=http://127.0.0.1:{client}"))
         .arg(format!("--log-outputs=stderr,{}", file.display()))
-        .arg("--logger=zap");
+        .arg("--logger=capnslog")
+        .arg("--snapshot-count=5");
     let mut p = Proc::spawn(cmd, &[], &dir.path().join("stderr.log"));
     p.wait_listening(client);
-    let line = "flag --logger is accepted for etcd compatibility and ignored: ";
+    let line = "flag --snapshot-count is accepted for etcd compatibility and ignored: ";
     let written = std::fs::read_to_string(&file).unwrap();
     assert!(written.contains(line), "{written}");
     assert!(

@@ -19,6 +19,7 @@ mod kv;
 mod layout;
 mod lease;
 mod limits;
+mod logging;
 mod maintenance;
 mod metrics;
 mod operations;

@@ -52,6 +52,8 @@ impl Proc {
                 "--advertise-client-urls",
                 &url,
             ])
+            // Text lines: the tests read fields as `key=value`.
+            .arg("--logger=capnslog")
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
