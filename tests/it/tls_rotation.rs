@@ -427,10 +427,17 @@ async fn a_half_written_pair_keeps_the_old_certificate_and_warns() {
 
     // The new certificate is written in place; its key is not yet.
     std::fs::copy(dir.join("server2.crt"), &cert).unwrap();
-    let log = server
-        .wait_for_log("cannot reload TLS certificates; keeping the previous ones")
-        .await;
-    assert!(log.contains("WARN"), "logged as a warning:\n{log}");
+    let needle = "cannot reload TLS certificates; keeping the previous ones";
+    let log = server.wait_for_log(needle).await;
+    // The default logger writes JSON lines (`"level":"warn"`).
+    let line = log
+        .lines()
+        .find(|l| l.contains(needle))
+        .expect("the line just found");
+    assert!(
+        line.contains(r#""level":"warn""#),
+        "logged as a warning:\n{line}"
+    );
     assert_eq!(server.served(&ca).await, Ok(der(&dir.join("server.crt"))));
     let put = server.etcdctl(&ca, None, &["put", "k", "v"]);
     assert!(
