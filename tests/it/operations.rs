@@ -166,26 +166,30 @@ async fn accept_backs_off_when_file_descriptors_run_out() {
     assert!(ephd.logs().contains("accepting client connections again"));
 }
 
+/// Raises or clears `alarm` for the member `client` is connected to, as
+/// `etcdctl alarm` does.
+async fn set_alarm(
+    client: &mut etcd_client::Client,
+    action: etcd_client::AlarmAction,
+    alarm: etcd_client::AlarmType,
+) {
+    let member = client.status().await.unwrap().header().unwrap().member_id();
+    let mut opts = etcd_client::AlarmOptions::new();
+    opts.with_member(member);
+    client.alarm(action, alarm, Some(opts)).await.unwrap();
+}
+
 /// `/health` follows the alarms: unhealthy (503, etcd's reason) while
 /// NOSPACE is raised, healthy with `?exclude=NOSPACE`, and healthy again
 /// once the alarm is cleared, as on etcd 3.5+.
 #[tokio::test]
 async fn health_reports_raised_alarms() {
-    use etcd_client::{AlarmAction, AlarmOptions, AlarmType};
+    use etcd_client::{AlarmAction, AlarmType};
     let metrics_port = free_port();
     let url = format!("http://127.0.0.1:{metrics_port}");
     let ephd = Ephd::start(&["--listen-metrics-urls", &url]);
     let mut client = ephd.client().await;
-    let member = client.status().await.unwrap().header().unwrap().member_id();
-    let opts = || {
-        let mut o = AlarmOptions::new();
-        o.with_member(member);
-        Some(o)
-    };
-    client
-        .alarm(AlarmAction::Activate, AlarmType::Nospace, opts())
-        .await
-        .unwrap();
+    set_alarm(&mut client, AlarmAction::Activate, AlarmType::Nospace).await;
     let (status, body) = http_get(metrics_port, "/health");
     assert!(status.contains("503"), "{status}");
     assert_eq!(
@@ -194,10 +198,7 @@ async fn health_reports_raised_alarms() {
     );
     let (status, _) = http_get(metrics_port, "/health?exclude=NOSPACE");
     assert!(status.contains("200"), "{status}");
-    client
-        .alarm(AlarmAction::Deactivate, AlarmType::Nospace, opts())
-        .await
-        .unwrap();
+    set_alarm(&mut client, AlarmAction::Deactivate, AlarmType::Nospace).await;
     let (status, body) = http_get(metrics_port, "/health");
     assert!(status.contains("200"), "{status}");
     assert_eq!(body.trim(), r#"{"health":"true","reason":""}"#);
@@ -209,7 +210,7 @@ async fn health_reports_raised_alarms() {
 /// SERVING again once the alarm is cleared.
 #[tokio::test]
 async fn readiness_follows_the_corrupt_alarm_and_grpc_health_agrees() {
-    use etcd_client::{AlarmAction, AlarmOptions, AlarmType};
+    use etcd_client::{AlarmAction, AlarmType};
     use tonic_health::pb::{
         health_check_response::ServingStatus, health_client::HealthClient, HealthCheckRequest,
     };
@@ -253,16 +254,7 @@ async fn readiness_follows_the_corrupt_alarm_and_grpc_health_agrees() {
     wait_for(ServingStatus::Serving).await;
 
     let mut client = ephd.client().await;
-    let member = client.status().await.unwrap().header().unwrap().member_id();
-    let opts = || {
-        let mut o = AlarmOptions::new();
-        o.with_member(member);
-        Some(o)
-    };
-    client
-        .alarm(AlarmAction::Activate, AlarmType::Corrupt, opts())
-        .await
-        .unwrap();
+    set_alarm(&mut client, AlarmAction::Activate, AlarmType::Corrupt).await;
     let (status, body) = http_get(metrics_port, "/readyz");
     assert!(status.contains("503"), "{status}");
     assert!(
@@ -279,10 +271,7 @@ async fn readiness_follows_the_corrupt_alarm_and_grpc_health_agrees() {
     );
     wait_for(ServingStatus::NotServing).await;
 
-    client
-        .alarm(AlarmAction::Deactivate, AlarmType::Corrupt, opts())
-        .await
-        .unwrap();
+    set_alarm(&mut client, AlarmAction::Deactivate, AlarmType::Corrupt).await;
     let (status, _) = http_get(metrics_port, "/readyz");
     assert!(status.contains("200"), "{status}");
     wait_for(ServingStatus::Serving).await;
