@@ -11,7 +11,7 @@ mod exposure;
 mod load;
 mod yaml;
 
-pub use cluster::{member_id, ClusterConfig, Member};
+pub use cluster::{member_id, ClusterConfig, Member, PeerTls};
 pub use exposure::check_client_exposure;
 pub use load::{load, load_from, LoadError, Loaded, Notice};
 

@@ -179,7 +179,7 @@ impl Node {
             .map_err(|e| format!("raft settings: {e}"))?;
         let raw = RawNode::new(&raft_config, storage, &logger::logger())
             .map_err(|e| format!("cannot start raft: {e}"))?;
-        let peers = Peers::start(config, id);
+        let peers = Peers::start(config, id)?;
         let (inbox, inputs) = crossbeam_channel::bounded(INBOX);
         let (to_apply, committed) = crossbeam_channel::unbounded();
         let waiters = Arc::new(Waiters::default());

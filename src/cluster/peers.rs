@@ -6,7 +6,7 @@
 //! Raft is built for a lossy network and retries (heartbeats, append
 //! probes), so the Raft thread never waits for a peer.
 
-use crate::config::ClusterConfig;
+use crate::config::{ClusterConfig, PeerTls};
 use crate::proto::ephd::internal::{raft_transport_client::RaftTransportClient, RaftBatch};
 use bytes::Bytes;
 use protobuf::Message as _;
@@ -14,6 +14,7 @@ use raft::prelude::Message;
 use std::collections::HashMap;
 use std::time::Duration;
 use tokio::sync::mpsc;
+use tonic::transport::{Certificate, ClientTlsConfig, Identity};
 
 /// Messages queued for one peer at most.
 const QUEUE: usize = 4096;
@@ -35,16 +36,17 @@ pub(super) struct Peers {
 
 impl Peers {
     /// Starts one sender task per other member, on the current tokio
-    /// runtime.
-    pub(super) fn start(config: &ClusterConfig, me: u64) -> Peers {
+    /// runtime. Fails when the peer TLS files cannot be read.
+    pub(super) fn start(config: &ClusterConfig, me: u64) -> Result<Peers, String> {
+        let tls = config.peer_tls.as_ref().map(client_tls).transpose()?;
         let mut queues = HashMap::new();
         for m in config.members.iter().filter(|m| m.id != me) {
             let (tx, rx) = mpsc::channel(QUEUE);
             let url = m.peer_urls[0].clone();
-            tokio::spawn(send_loop(m.name.clone(), url, rx));
+            tokio::spawn(send_loop(m.name.clone(), url, tls.clone(), rx));
             queues.insert(m.id, tx);
         }
-        Peers { queues }
+        Ok(Peers { queues })
     }
 
     /// Queues `msgs` for their peers; drops what does not fit.
@@ -63,17 +65,45 @@ impl Peers {
     }
 }
 
+/// The TLS settings this member dials its peers with: the peer CA to
+/// verify them, and its own peer certificate as client certificate (etcd
+/// presents the same one both ways). Read once at startup; a rotated peer
+/// certificate reaches outgoing connections at the next restart, while the
+/// peer listener picks it up at once (`server::tls`).
+fn client_tls(peer: &PeerTls) -> Result<ClientTlsConfig, String> {
+    let read = |p: &std::path::Path, flag: &str| {
+        std::fs::read(p).map_err(|e| format!("cannot read {flag} {}: {e}", p.display()))
+    };
+    let ca = read(&peer.ca, "--peer-trusted-ca-file")?;
+    let cert = read(&peer.cert, "--peer-cert-file")?;
+    let key = read(&peer.key, "--peer-key-file")?;
+    Ok(ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(ca))
+        .identity(Identity::from_pem(cert, key)))
+}
+
 /// Sends what is queued for one peer, a batch per call, until the Raft
 /// thread drops the queue.
-async fn send_loop(name: String, url: String, mut queue: mpsc::Receiver<Bytes>) {
-    let channel = match tonic::transport::Endpoint::from_shared(url.clone()) {
+async fn send_loop(
+    name: String,
+    url: String,
+    tls: Option<ClientTlsConfig>,
+    mut queue: mpsc::Receiver<Bytes>,
+) {
+    let endpoint = tonic::transport::Endpoint::from_shared(url.clone())
+        .map_err(|e| e.to_string())
+        .and_then(|ep| match tls {
+            Some(tls) => ep.tls_config(tls).map_err(|e| e.to_string()),
+            None => Ok(ep),
+        });
+    let channel = match endpoint {
         Ok(ep) => ep
             .connect_timeout(CONNECT_TIMEOUT)
             .timeout(SEND_TIMEOUT)
             .tcp_nodelay(true)
             .connect_lazy(),
         Err(e) => {
-            tracing::error!(peer = %name, url = %url, error = %e, "invalid peer URL");
+            tracing::error!(peer = %name, url = %url, error = %e, "invalid peer URL or TLS settings");
             return;
         }
     };

@@ -10,6 +10,7 @@
 //! differ from etcd's, the rule is the same). The cluster ID hashes the
 //! sorted member IDs and the token.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// etcd's default `--listen-peer-urls` and `--initial-advertise-peer-urls`.
@@ -52,6 +53,29 @@ pub struct ClusterConfig {
     pub heartbeat: Duration,
     /// `--election-timeout`.
     pub election: Duration,
+    /// Peer TLS (`--peer-cert-file` and friends), when the peer URLs are
+    /// `https://`.
+    pub peer_tls: Option<PeerTls>,
+}
+
+/// The files of peer TLS. One certificate serves both ways, as etcd's
+/// does: it is the peer listener's server certificate and the client
+/// certificate this member presents to the others, so it needs both the
+/// serverAuth and clientAuth extended key usages when
+/// `--peer-client-cert-auth` is on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerTls {
+    /// `--peer-cert-file`.
+    pub cert: PathBuf,
+    /// `--peer-key-file`.
+    pub key: PathBuf,
+    /// `--peer-trusted-ca-file`: the CA that signs the other members'
+    /// certificates (needed to verify them as servers, and as clients with
+    /// `--peer-client-cert-auth`).
+    pub ca: PathBuf,
+    /// `--peer-client-cert-auth`: only members presenting a certificate
+    /// signed by the trusted CA may send Raft messages.
+    pub client_cert_auth: bool,
 }
 
 impl ClusterConfig {
@@ -140,6 +164,75 @@ pub(super) struct Flags<'a> {
     pub heartbeat_ms: Option<&'a str>,
     pub election_ms: Option<&'a str>,
     pub force_new_cluster: Option<&'a str>,
+    pub peer_cert_file: Option<&'a str>,
+    pub peer_key_file: Option<&'a str>,
+    pub peer_trusted_ca_file: Option<&'a str>,
+    pub peer_client_cert_auth: Option<&'a str>,
+}
+
+/// Peer TLS from its flags, checked against the peer URLs: every peer URL
+/// (listened on, advertised, or another member's) is `https://` with the
+/// peer certificate, key and trusted CA given, or every one is `http://`
+/// with none of them. A mix would send Raft traffic in plain text by
+/// surprise, or fail every connection at runtime instead of at startup.
+fn peer_tls(flags: &Flags<'_>, urls: &[&String]) -> Result<Option<PeerTls>, String> {
+    let path = |v: Option<&str>| {
+        v.map(str::trim)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    let cert = path(flags.peer_cert_file);
+    let key = path(flags.peer_key_file);
+    let ca = path(flags.peer_trusted_ca_file);
+    let client_cert_auth = match flags.peer_client_cert_auth {
+        None => false,
+        Some(v) if v.trim().is_empty() => false,
+        Some(v) => super::parse_bool(v)
+            .map_err(|_| format!("--peer-client-cert-auth {v:?} is not true or false"))?,
+    };
+    for url in urls {
+        if !url.starts_with("http://") && !url.starts_with("https://") {
+            return Err(format!(
+                "peer URL {url:?} must start with http:// or https://"
+            ));
+        }
+    }
+    let https = urls.iter().filter(|u| u.starts_with("https://")).count();
+    if https == 0 {
+        if cert.is_some() || key.is_some() || ca.is_some() || client_cert_auth {
+            return Err(
+                "--peer-cert-file, --peer-key-file, --peer-trusted-ca-file and \
+                 --peer-client-cert-auth need https:// peer URLs (--listen-peer-urls, \
+                 --initial-advertise-peer-urls and every member in --initial-cluster)"
+                    .to_string(),
+            );
+        }
+        return Ok(None);
+    }
+    if https != urls.len() {
+        let plain = urls
+            .iter()
+            .find(|u| u.starts_with("http://"))
+            .map_or("", |u| u.as_str());
+        return Err(format!(
+            "peer URL {plain:?} is http:// while others are https://: every peer URL \
+             (--listen-peer-urls, --initial-advertise-peer-urls, --initial-cluster) must use \
+             the same scheme"
+        ));
+    }
+    match (cert, key, ca) {
+        (Some(cert), Some(key), Some(ca)) => Ok(Some(PeerTls {
+            cert,
+            key,
+            ca,
+            client_cert_auth,
+        })),
+        _ => Err(
+            "https:// peer URLs need --peer-cert-file, --peer-key-file and \
+             --peer-trusted-ca-file (the CA that signs every member's peer certificate)"
+                .to_string(),
+        ),
+    }
 }
 
 fn urls(v: Option<&str>) -> Vec<String> {
@@ -188,14 +281,6 @@ pub(super) fn build(
     let token = flags.token.unwrap_or(DEFAULT_TOKEN).to_string();
     let listen_peer_urls = urls(flags.listen_peer_urls);
     let advertise_peer_urls = urls(flags.advertise_peer_urls);
-    for url in listen_peer_urls.iter().chain(&advertise_peer_urls) {
-        if !url.starts_with("http://") {
-            return Err(format!(
-                "peer URL {url:?} is refused: ephd's cluster mode has no peer TLS yet, so \
-                 peer URLs must be http:// (on a private network)"
-            ));
-        }
-    }
     let heartbeat = millis(
         flags.heartbeat_ms,
         DEFAULT_HEARTBEAT_MS,
@@ -249,6 +334,12 @@ pub(super) fn build(
             ));
         }
     }
+    let all_peer_urls: Vec<&String> = listen_peer_urls
+        .iter()
+        .chain(&advertise_peer_urls)
+        .chain(members.iter().flat_map(|m| &m.peer_urls))
+        .collect();
+    let peer_tls = peer_tls(flags, &all_peer_urls)?;
     Ok(ClusterConfig {
         name: name.to_string(),
         members,
@@ -257,6 +348,7 @@ pub(super) fn build(
         advertise_peer_urls,
         heartbeat: Duration::from_millis(heartbeat),
         election: Duration::from_millis(election),
+        peer_tls,
     })
 }
 
@@ -302,6 +394,64 @@ mod tests {
     }
 
     #[test]
+    fn peer_tls_needs_https_everywhere_and_its_files() {
+        const TLS3: &str =
+            "a=https://10.0.0.1:2380,b=https://10.0.0.2:2380,c=https://10.0.0.3:2380";
+        let m = || parse_members(TLS3).unwrap();
+        let base = Flags {
+            advertise_peer_urls: Some("https://10.0.0.1:2380"),
+            listen_peer_urls: Some("https://0.0.0.0:2380"),
+            ..Default::default()
+        };
+        assert!(build("a", m(), &base)
+            .unwrap_err()
+            .contains("--peer-cert-file"));
+        let files = Flags {
+            peer_cert_file: Some("/p/peer.crt"),
+            peer_key_file: Some("/p/peer.key"),
+            peer_trusted_ca_file: Some("/p/ca.crt"),
+            peer_client_cert_auth: Some("true"),
+            ..base
+        };
+        let tls = build("a", m(), &files).unwrap().peer_tls.unwrap();
+        assert_eq!(tls.cert, PathBuf::from("/p/peer.crt"));
+        assert!(tls.client_cert_auth);
+        // One plaintext member among TLS ones is refused.
+        let mixed =
+            parse_members("a=https://10.0.0.1:2380,b=http://10.0.0.2:2380,c=https://10.0.0.3:2380")
+                .unwrap();
+        let files = Flags {
+            peer_cert_file: Some("/p/peer.crt"),
+            peer_key_file: Some("/p/peer.key"),
+            peer_trusted_ca_file: Some("/p/ca.crt"),
+            advertise_peer_urls: Some("https://10.0.0.1:2380"),
+            listen_peer_urls: Some("https://0.0.0.0:2380"),
+            ..Default::default()
+        };
+        assert!(build("a", mixed, &files)
+            .unwrap_err()
+            .contains("same scheme"));
+        // Peer TLS files with plaintext URLs are refused, not ignored.
+        let plain = Flags {
+            peer_cert_file: Some("/p/peer.crt"),
+            ..flags("http://10.0.0.1:2380")
+        };
+        assert!(build("a", parse_members(THREE).unwrap(), &plain)
+            .unwrap_err()
+            .contains("need https://"));
+        assert_eq!(
+            build(
+                "a",
+                parse_members(THREE).unwrap(),
+                &flags("http://10.0.0.1:2380")
+            )
+            .unwrap()
+            .peer_tls,
+            None
+        );
+    }
+
+    #[test]
     fn etcds_checks_apply() {
         let m = || parse_members(THREE).unwrap();
         let e = build("x", m(), &flags("http://10.0.0.1:2380")).unwrap_err();
@@ -327,7 +477,7 @@ mod tests {
             listen_peer_urls: Some("https://0.0.0.0:2380"),
             ..flags("http://10.0.0.1:2380")
         };
-        assert!(build("a", m(), &tls).unwrap_err().contains("peer TLS"));
+        assert!(build("a", m(), &tls).unwrap_err().contains("same scheme"));
         assert!(parse_members("a").is_err());
         assert!(parse_members("a=").is_err());
         let two_urls = parse_members("a=http://x:1,b=http://y:1,a=http://x:2").unwrap();

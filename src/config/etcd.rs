@@ -412,15 +412,16 @@ const CLUSTER_FLAGS: &[&str] = &[
     "heartbeat-interval",
     "election-timeout",
     "force-new-cluster",
-];
-
-/// Peer TLS flags: in cluster mode, asking for peer TLS is refused rather
-/// than ignored, so peer traffic is never sent in plain text by surprise.
-const PEER_TLS_FLAGS: &[&str] = &[
     "peer-cert-file",
     "peer-key-file",
     "peer-client-cert-auth",
     "peer-trusted-ca-file",
+];
+
+/// Peer TLS flags cluster mode does not build: in cluster mode, asking for
+/// them is refused rather than ignored, so a peer check the operator asked
+/// for is never silently missing.
+const PEER_TLS_FLAGS: &[&str] = &[
     "peer-cert-allowed-cn",
     "peer-cert-allowed-hostname",
     "peer-auto-tls",
@@ -450,7 +451,7 @@ pub(super) fn judge(
         }
         if clustered && PEER_TLS_FLAGS.contains(&name) && !(is_empty(value) || is_false(value)) {
             return Err(format!(
-                "flag --{name}={value} is refused: ephd's cluster mode has no peer TLS yet"
+                "flag --{name}={value} is refused: ephd's cluster mode does not have it yet"
             ));
         }
         match compat.effect {
@@ -486,6 +487,10 @@ pub(super) fn judge(
         heartbeat_ms: flag("heartbeat-interval"),
         election_ms: flag("election-timeout"),
         force_new_cluster: flag("force-new-cluster"),
+        peer_cert_file: flag("peer-cert-file"),
+        peer_key_file: flag("peer-key-file"),
+        peer_trusted_ca_file: flag("peer-trusted-ca-file"),
+        peer_client_cert_auth: flag("peer-client-cert-auth"),
     };
     let config = cluster::build(member, members, &flags)?;
     Ok((warnings, Some(config)))

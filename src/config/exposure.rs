@@ -77,7 +77,50 @@ pub fn check_client_exposure(config: &Config) -> Result<Vec<String>, String> {
             ));
         }
     }
+    check_peer_exposure(config, &mut warnings)?;
     Ok(warnings)
+}
+
+/// The same rules for cluster mode's peer listeners: whoever can send Raft
+/// messages to a member can rewrite the whole store, so plaintext on a
+/// non-loopback peer URL needs `--allow-insecure-plaintext` too (and gets a
+/// WARN), and peer TLS there without `--peer-client-cert-auth` gets one.
+fn check_peer_exposure(config: &Config, warnings: &mut Vec<String>) -> Result<(), String> {
+    let Some(cluster) = &config.cluster else {
+        return Ok(());
+    };
+    for url in &cluster.listen_peer_urls {
+        let (addr, tls) = listen_addr(url)?;
+        if is_loopback(addr.ip()) {
+            continue;
+        }
+        match &cluster.peer_tls {
+            Some(peer) if tls && !peer.client_cert_auth => warnings.push(format!(
+                "serving raft peers on {url} over TLS without --peer-client-cert-auth: \
+                 anything that can reach it can send raft messages; set \
+                 --peer-client-cert-auth=true"
+            )),
+            Some(_) => {}
+            None if config.allow_insecure_plaintext => warnings.push(format!(
+                "INSECURE: serving raft peers in plaintext on {url} \
+                 (--allow-insecure-plaintext): anyone who can reach it can rewrite the \
+                 store; use https:// peer URLs with --peer-cert-file, --peer-key-file, \
+                 --peer-trusted-ca-file and --peer-client-cert-auth=true"
+            )),
+            None => {
+                return Err(format!(
+                    "refusing to serve raft peers in plaintext on {url}: it is not a \
+                     loopback address, and anyone who can reach it could rewrite the store. \
+                     Use https:// peer URLs (--listen-peer-urls, \
+                     --initial-advertise-peer-urls, --initial-cluster) with \
+                     --peer-cert-file, --peer-key-file, --peer-trusted-ca-file and \
+                     --peer-client-cert-auth=true, or add --allow-insecure-plaintext \
+                     (a private test network)"
+                ))
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The refusal for plaintext on `url`: both ways out, as flags and as the
@@ -108,6 +151,33 @@ mod tests {
 
     fn config(args: &[&str]) -> Config {
         Config::parse_from(std::iter::once("ephd").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn plaintext_peers_off_loopback_need_the_opt_in() {
+        let cluster = |extra: &[&str]| {
+            let mut args = vec![
+                "ephd",
+                "--name=a",
+                "--initial-cluster=a=http://10.0.0.1:2380,b=http://10.0.0.2:2380",
+                "--initial-advertise-peer-urls=http://10.0.0.1:2380",
+                "--listen-peer-urls=http://10.0.0.1:2380",
+            ];
+            args.extend_from_slice(extra);
+            match crate::config::load::load_from(args, &[]) {
+                Ok(loaded) => loaded.config,
+                Err(_) => panic!("valid flags"),
+            }
+        };
+        let err = check_client_exposure(&cluster(&[])).unwrap_err();
+        assert!(
+            err.starts_with("refusing to serve raft peers in plaintext on http://10.0.0.1:2380")
+        );
+        let warnings = check_client_exposure(&cluster(&["--allow-insecure-plaintext"])).unwrap();
+        assert!(
+            warnings[0].starts_with("INSECURE: serving raft peers"),
+            "{warnings:?}"
+        );
     }
 
     #[test]

@@ -177,7 +177,17 @@ fn other_members_in_the_initial_cluster_mean_cluster_mode() {
         ],
         &[],
     ));
-    assert!(m.contains("no peer TLS yet"), "{m}");
+    assert!(m.contains("need https:// peer URLs"), "{m}");
+    let m = invalid(load(
+        &[
+            "--name=m1",
+            "--initial-cluster=m1=http://10.0.0.1:2380,m2=http://10.0.0.2:2380",
+            "--initial-advertise-peer-urls=http://10.0.0.1:2380",
+            "--peer-cert-allowed-cn=etcd",
+        ],
+        &[],
+    ));
+    assert!(m.contains("does not have it yet"), "{m}");
     let m = invalid(load(
         &[
             "--name=m1",

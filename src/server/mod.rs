@@ -51,6 +51,9 @@ pub struct Server {
     tls: Option<tls::Reloader>,
     /// Cluster mode: where peers' Raft messages arrive.
     peer_listeners: Vec<Bound>,
+    /// Cluster mode with https:// peer URLs: the peer certificates,
+    /// reloaded while serving like the client ones.
+    peer_tls: Option<tls::Reloader>,
     config: Config,
     /// A single member's revision guard (cluster mode has none yet).
     guard: Option<RevisionGuard>,
@@ -229,6 +232,14 @@ impl Server {
                     .to_string(),
             );
         }
+        let peer_tls = match config.cluster.as_ref().and_then(|c| c.peer_tls.as_ref()) {
+            Some(peer) => {
+                let mut reloader = tls::Reloader::for_peers(peer)?;
+                reloader.listen_for_hangup();
+                Some(reloader)
+            }
+            None => None,
+        };
         let (peer_listeners, proposer) = match &config.cluster {
             None => (Vec::new(), Proposer::Local),
             Some(c) => {
@@ -264,6 +275,7 @@ impl Server {
             listeners,
             http_listeners,
             peer_listeners,
+            peer_tls,
             tls,
             config,
             guard,
@@ -327,19 +339,31 @@ impl Server {
             .map(|g| tokio::spawn(guard_revisions(store.clone(), g, stop_rx.clone())));
         let mut peer_servers = Vec::new();
         if let Some(node) = &node {
-            for Bound { addr, listener, .. } in self.peer_listeners {
-                tracing::info!(%addr, "serving raft peers");
+            let peer_live = self.peer_tls.map(|reloader| {
+                let live = reloader.live();
+                tokio::spawn(reloader.run(self.config.tls_reload_interval, stop_rx.clone()));
+                live
+            });
+            for Bound {
+                addr,
+                listener,
+                tls,
+            } in self.peer_listeners
+            {
+                tracing::info!(%addr, tls, "serving raft peers");
                 let service = RaftTransportServer::new(PeerService::new(node))
                     .max_decoding_message_size(crate::cluster::MAX_BATCH_BYTES);
                 let mut stop = stop_rx.clone();
                 let router = tonic::transport::Server::builder().add_service(service);
-                peer_servers.push(tokio::spawn(async move {
-                    router
-                        .serve_with_incoming_shutdown(accept::incoming(listener), async move {
-                            crate::api::stopped(&mut stop).await;
-                        })
-                        .await
-                }));
+                let shutdown = async move { crate::api::stopped(&mut stop).await };
+                let incoming = accept::incoming(listener);
+                peer_servers.push(match (&peer_live, tls) {
+                    (Some(live), true) => tokio::spawn(router.serve_with_incoming_shutdown(
+                        tls::incoming(incoming, live.clone()),
+                        shutdown,
+                    )),
+                    _ => tokio::spawn(router.serve_with_incoming_shutdown(incoming, shutdown)),
+                });
             }
         }
         let snapshots = self.config.data_dir.clone().map(|dir| {

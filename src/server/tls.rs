@@ -24,7 +24,7 @@
 //! CA bundle, so removing a CA takes effect for new connections at once.
 
 use super::x509;
-use crate::config::Config;
+use crate::config::{Config, PeerTls};
 use futures::{Stream, StreamExt};
 use parking_lot::RwLock;
 use std::io;
@@ -65,14 +65,42 @@ impl Live {
     }
 }
 
-/// The files `--cert-file`, `--key-file` and `--trusted-ca-file` name.
+/// The files `--cert-file`, `--key-file` and `--trusted-ca-file` name (or
+/// their `--peer-*` counterparts).
 #[derive(Debug, Clone)]
 struct Files {
     cert: PathBuf,
     key: PathBuf,
     ca: Option<PathBuf>,
     client_cert_auth: bool,
+    flags: FlagNames,
 }
+
+/// The flags that name the files, for error messages and logs.
+#[derive(Debug, Clone, Copy)]
+struct FlagNames {
+    cert: &'static str,
+    key: &'static str,
+    ca: &'static str,
+    /// What a successful load logs.
+    loaded: &'static str,
+}
+
+/// The client listeners' flags.
+const CLIENT_FLAGS: FlagNames = FlagNames {
+    cert: "--cert-file",
+    key: "--key-file",
+    ca: "--trusted-ca-file",
+    loaded: "loaded TLS certificates",
+};
+
+/// Cluster mode's peer listener flags.
+const PEER_FLAGS: FlagNames = FlagNames {
+    cert: "--peer-cert-file",
+    key: "--peer-key-file",
+    ca: "--peer-trusted-ca-file",
+    loaded: "loaded peer TLS certificates",
+};
 
 /// The bytes of [`Files`] as last read.
 #[derive(Debug, PartialEq, Eq)]
@@ -98,7 +126,18 @@ impl Files {
             key,
             ca: config.trusted_ca_file.clone(),
             client_cert_auth: config.client_cert_auth,
+            flags: CLIENT_FLAGS,
         })
+    }
+
+    fn from_peer(peer: &PeerTls) -> Files {
+        Files {
+            cert: peer.cert.clone(),
+            key: peer.key.clone(),
+            ca: Some(peer.ca.clone()),
+            client_cert_auth: peer.client_cert_auth,
+            flags: PEER_FLAGS,
+        }
     }
 
     fn read(&self) -> Result<Contents, String> {
@@ -106,10 +145,10 @@ impl Files {
             std::fs::read(p).map_err(|e| format!("cannot read {flag} {}: {e}", p.display()))
         }
         Ok(Contents {
-            cert: read(&self.cert, "--cert-file")?,
-            key: read(&self.key, "--key-file")?,
+            cert: read(&self.cert, self.flags.cert)?,
+            key: read(&self.key, self.flags.key)?,
             ca: match &self.ca {
-                Some(p) => Some(read(p, "--trusted-ca-file")?),
+                Some(p) => Some(read(p, self.flags.ca)?),
                 None => None,
             },
         })
@@ -120,16 +159,17 @@ impl Files {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let chain = CertificateDer::pem_slice_iter(&contents.cert)
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| format!("--cert-file {}: {e}", self.cert.display()))?;
+            .map_err(|e| format!("{} {}: {e}", self.flags.cert, self.cert.display()))?;
         let Some(leaf) = chain.first() else {
             return Err(format!(
-                "--cert-file {} holds no PEM certificate",
+                "{} {} holds no PEM certificate",
+                self.flags.cert,
                 self.cert.display()
             ));
         };
         let summary = x509::summarize(leaf);
         let key = PrivateKeyDer::from_pem_slice(&contents.key)
-            .map_err(|e| format!("--key-file {}: {e}", self.key.display()))?;
+            .map_err(|e| format!("{} {}: {e}", self.flags.key, self.key.display()))?;
         let builder = ServerConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
             .map_err(|e| format!("TLS settings: {e}"))?;
@@ -137,12 +177,13 @@ impl Files {
             (Some(path), Some(pem)) => {
                 let cas = CertificateDer::pem_slice_iter(pem)
                     .collect::<Result<Vec<_>, _>>()
-                    .map_err(|e| format!("--trusted-ca-file {}: {e}", path.display()))?;
+                    .map_err(|e| format!("{} {}: {e}", self.flags.ca, path.display()))?;
                 let mut roots = RootCertStore::empty();
                 roots.add_parsable_certificates(cas);
                 if roots.is_empty() {
                     return Err(format!(
-                        "--trusted-ca-file {} holds no usable CA certificate",
+                        "{} {} holds no usable CA certificate",
+                        self.flags.ca,
                         path.display()
                     ));
                 }
@@ -155,7 +196,7 @@ impl Files {
                 };
                 let verifier = verifier
                     .build()
-                    .map_err(|e| format!("--trusted-ca-file {}: {e}", path.display()))?;
+                    .map_err(|e| format!("{} {}: {e}", self.flags.ca, path.display()))?;
                 (builder.with_client_cert_verifier(verifier), trusted)
             }
             _ => (builder.with_no_client_auth(), 0),
@@ -170,8 +211,10 @@ impl Files {
                 e => e.to_string(),
             };
             format!(
-                "--cert-file {} with --key-file {}: {why}",
+                "{} {} with {} {}: {why}",
+                self.flags.cert,
                 self.cert.display(),
+                self.flags.key,
                 self.key.display()
             )
         })?;
@@ -243,10 +286,19 @@ impl Reloader {
     /// Loads the files named by `config`. At startup an error is fatal, as
     /// it always was: there is no previous configuration to fall back on.
     pub(super) fn new(config: &Config) -> Result<Reloader, String> {
-        let files = Files::from_config(config)?;
+        Reloader::load(Files::from_config(config)?)
+    }
+
+    /// Loads cluster mode's peer TLS files (`--peer-cert-file` and
+    /// friends), for the peer listeners.
+    pub(super) fn for_peers(peer: &PeerTls) -> Result<Reloader, String> {
+        Reloader::load(Files::from_peer(peer))
+    }
+
+    fn load(files: Files) -> Result<Reloader, String> {
         let contents = files.read()?;
         let (server, loaded) = files.build(&contents)?;
-        loaded.log("loaded TLS certificates");
+        loaded.log(files.flags.loaded);
         Ok(Reloader {
             files,
             live: Live(Arc::new(RwLock::new(Arc::new(server)))),

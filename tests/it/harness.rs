@@ -326,6 +326,7 @@ pub struct EphdCluster {
 /// One member of an [`EphdCluster`].
 pub struct ClusterMember {
     client_port: u16,
+    peer_port: u16,
     metrics_port: u16,
     process: ServerProcess,
 }
@@ -334,6 +335,11 @@ impl ClusterMember {
     /// The port of this member's HTTP endpoints (`/health`, `/readyz`, ...).
     pub fn metrics_port(&self) -> u16 {
         self.metrics_port
+    }
+
+    /// The port this member serves its Raft peers on.
+    pub fn peer_port(&self) -> u16 {
+        self.peer_port
     }
 }
 
@@ -347,12 +353,18 @@ impl EphdCluster {
     /// Starts `n` members named `m0`.. with `extra_args` each, and waits
     /// until every one serves gRPC (not until a leader is elected).
     pub fn start(n: usize, extra_args: &[&str]) -> EphdCluster {
+        EphdCluster::start_with_peer_scheme(n, extra_args, "http")
+    }
+
+    /// [`EphdCluster::start`] with peer URLs of `scheme` (`https` needs the
+    /// peer TLS flags in `extra_args`).
+    pub fn start_with_peer_scheme(n: usize, extra_args: &[&str], scheme: &str) -> EphdCluster {
         let ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
         let metrics: Vec<u16> = (0..n).map(|_| free_port()).collect();
         let initial = ports
             .iter()
             .enumerate()
-            .map(|(i, (_, peer))| format!("m{i}=http://127.0.0.1:{peer}"))
+            .map(|(i, (_, peer))| format!("m{i}={scheme}://127.0.0.1:{peer}"))
             .collect::<Vec<_>>()
             .join(",");
         // A token of this run only, so no stray member of another test can
@@ -361,7 +373,7 @@ impl EphdCluster {
         let mut members = Vec::new();
         for (i, (client, peer)) in ports.iter().enumerate() {
             let client_url = format!("http://127.0.0.1:{client}");
-            let peer_url = format!("http://127.0.0.1:{peer}");
+            let peer_url = format!("{scheme}://127.0.0.1:{peer}");
             let mut cmd = Command::new(env!("CARGO_BIN_EXE_ephd"));
             cmd.arg(format!("--name=m{i}"))
                 .args(["--listen-client-urls", &client_url])
@@ -378,6 +390,7 @@ impl EphdCluster {
                 .args(extra_args);
             members.push(ClusterMember {
                 client_port: *client,
+                peer_port: *peer,
                 metrics_port: metrics[i],
                 process: ServerProcess::spawn("ephd cluster member", cmd),
             });
