@@ -47,7 +47,7 @@ mapfile -t yaml_files < <(find deploy -name '*.yaml' -type f | sort)
 k8s_files=()
 for f in "${yaml_files[@]}"; do
   case "$f" in
-    deploy/kube-apiserver/* | */kustomization.yaml | deploy/.yamllint.yaml) ;;
+    deploy/kube-apiserver/* | deploy/cluster/kube-apiserver/* | */kustomization.yaml | deploy/.yamllint.yaml) ;;
     *) k8s_files+=("$f") ;;
   esac
 done

@@ -69,7 +69,11 @@ def ephd_flags():
         env_m = re.search(r'\benv\s*=\s*"([^"]+)"', attrs)
         if env_m:
             envs.add(env_m.group(1))
-    flags.update({"help", "version"})
+    # etcd's flags that ephd takes for compatibility (src/config/etcd.rs),
+    # the clustering flags among them; --initial-cluster is added there too.
+    compat = (ROOT / "src" / "config" / "etcd.rs").read_text(encoding="utf-8")
+    flags.update(re.findall(r'\bc\(\s*"([a-z0-9-]+)"', compat))
+    flags.update({"help", "version", "initial-cluster"})
     return flags, envs
 
 
@@ -97,8 +101,11 @@ def parse_args(argv):
 # --etcd-servers-overrides, as kube-apiserver parses it.
 
 
-def parse_overrides(where, value):
-    """Returns {group/resource: [urls]}; records findings on bad syntax."""
+def parse_overrides(where, value, members=None):
+    """Returns {group/resource: [urls]}; records findings on bad syntax.
+
+    `members`: the advertised client URLs of one ephd cluster, which every
+    resource must list in full; without it, one URL per resource."""
     result = {}
     for entry in value.split(","):
         if entry.count("#") != 1:
@@ -111,7 +118,10 @@ def parse_overrides(where, value):
         if gr in result:
             finding(where, f"override for {gr} given twice")
         urls = servers.split(";")
-        if len(urls) != 1:
+        if members is not None:
+            if sorted(urls) != sorted(members):
+                finding(where, f"{gr}: lists {urls}, not every cluster member {members}")
+        elif len(urls) != 1:
             finding(where, f"{gr}: {len(urls)} servers; ephd instances are independent "
                            "stores, list exactly one per resource")
         for u in urls:
@@ -225,7 +235,8 @@ def under_mount(path, mounts):
     return None
 
 
-def check_pod_spec(where, spec, known_flags, *, static, client_port, metrics_port, data_dir):
+def check_pod_spec(where, spec, known_flags, *, static, client_port, metrics_port, data_dir,
+                   cluster=False):
     containers = spec.get("containers") or []
     if len(containers) != 1:
         finding(where, "expected exactly one container")
@@ -256,12 +267,14 @@ def check_pod_spec(where, spec, known_flags, *, static, client_port, metrics_por
     for u in str(flags.get("advertise-client-urls", "")).split(","):
         if url_port(u) != client_port or not u.startswith("https://"):
             finding(where, f"advertised URL {u} is not https on port {client_port}")
-    for f in ("cert-file", "key-file", "trusted-ca-file", "data-dir"):
+    for f in ("cert-file", "key-file", "trusted-ca-file") + (() if cluster else ("data-dir",)):
         if not flags.get(f):
             finding(where, f"--{f} missing")
     if str(flags.get("client-cert-auth")) != "true":
         finding(where, "--client-cert-auth=true missing")
-    if flags.get("data-dir") != data_dir:
+    if cluster and "data-dir" in flags:
+        finding(where, "cluster mode refuses --data-dir")
+    if not cluster and flags.get("data-dir") != data_dir:
         finding(where, f"--data-dir should be {data_dir}")
     if not str(flags.get("lease-adopt-unknown-ttl", "")).isdigit():
         finding(where, "--lease-adopt-unknown-ttl must be whole seconds")
@@ -269,7 +282,8 @@ def check_pod_spec(where, spec, known_flags, *, static, client_port, metrics_por
     ports = {p.get("name"): p.get("containerPort") for p in c.get("ports") or []}
     if ports.get("client") != client_port or ports.get("metrics") != metrics_port:
         finding(where, f"containerPorts {ports} != client {client_port}, metrics {metrics_port}")
-    for probe_name, path in (("startupProbe", "/health"), ("livenessProbe", "/livez"),
+    startup_path = "/health?serializable=true" if cluster else "/health"
+    for probe_name, path in (("startupProbe", startup_path), ("livenessProbe", "/livez"),
                              ("readinessProbe", "/readyz")):
         probe = c.get(probe_name)
         if not probe or "httpGet" not in probe:
@@ -295,7 +309,10 @@ def check_pod_spec(where, spec, known_flags, *, static, client_port, metrics_por
     for m in mounts:
         if m["name"] not in volumes:
             finding(where, f"volumeMount {m['name']} has no volume")
-    for f in ("cert-file", "key-file", "trusted-ca-file"):
+    tls_files = ("cert-file", "key-file", "trusted-ca-file")
+    if cluster:
+        tls_files += ("peer-cert-file", "peer-key-file", "peer-trusted-ca-file")
+    for f in tls_files:
         p = flags.get(f)
         if isinstance(p, str):
             m = under_mount(p, mounts)
@@ -310,7 +327,9 @@ def check_pod_spec(where, spec, known_flags, *, static, client_port, metrics_por
                 if hp == "/etc/kubernetes/pki/etcd":
                     finding(where, "do not mount the whole etcd pki directory (CA and etcd keys)")
     dm = under_mount(str(flags.get("data-dir")), mounts)
-    if not dm or dm.get("readOnly"):
+    if cluster:
+        pass
+    elif not dm or dm.get("readOnly"):
         finding(where, "--data-dir must be on a writable volumeMount")
     elif static and volumes[dm["name"]].get("hostPath", {}).get("path") != data_dir:
         finding(where, f"data hostPath should be {data_dir}")
@@ -538,6 +557,8 @@ def main():
     image_env = check_dockerfile(known_envs)
     check_image_defaults_match_deployment(image_env, deployment_flags)
     sharding_recipe(args.generated_dir, known_flags, static)
+    import lint_cluster  # deploy/cluster/
+    lint_cluster.check(sys.modules[__name__], known_flags)
 
     for f in FINDINGS:
         print(f"lint_checks: {f}")

@@ -10,6 +10,7 @@ mod cluster;
 mod cluster_tls;
 mod concurrency;
 mod config;
+mod deploy_cluster;
 mod differential;
 mod embed;
 mod etcdctl;
