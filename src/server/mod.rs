@@ -319,20 +319,14 @@ impl Server {
             self.config.compaction_safety_net,
         );
         let node = self.shared.proposer.node().cloned();
-        let policy = match (policy, &node) {
-            (Some(_), Some(_)) => {
-                // A member compacting on its own would make the members
-                // differ; a leader-only compactor is not built yet.
-                tracing::warn!(
-                    "auto-compaction and the compaction safety net are off in cluster mode \
-                     (not built yet): history is kept until a client compacts"
-                );
-                None
-            }
-            (policy, _) => policy,
-        };
-        let compactor =
-            policy.map(|policy| tokio::spawn(auto_compact(store.clone(), policy, stop_rx.clone())));
+        let compactor = policy.map(|policy| {
+            tokio::spawn(auto_compact(
+                store.clone(),
+                policy,
+                stop_rx.clone(),
+                node.clone(),
+            ))
+        });
         let guard = self
             .guard
             .filter(RevisionGuard::needed)

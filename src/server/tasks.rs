@@ -4,7 +4,7 @@
 //! clock.
 
 use crate::api::Shared;
-use crate::cluster::Node;
+use crate::cluster::{Node, Proposer};
 use crate::config::AutoCompaction;
 use crate::mvcc::Entry;
 use crate::mvcc::Store;
@@ -176,10 +176,18 @@ impl Compactor {
 
 /// Compacts history by itself according to `policy` (see
 /// [`CompactionPolicy`]) until shutdown.
+///
+/// In cluster mode (`node`) every member samples its revisions, since
+/// every member applies the same ones, but only the leader acts: it
+/// proposes the compaction, which every member applies at the same point
+/// of the log. A member compacting on its own would make the members
+/// differ. A member that becomes leader has its samples ready, and sees
+/// the compactions it applied as anyone's (the safety net's clock).
 pub(super) async fn auto_compact(
     store: Arc<Store>,
     policy: CompactionPolicy,
     mut stop: watch::Receiver<bool>,
+    node: Option<Arc<Node>>,
 ) {
     let mut compactor = Compactor::new(policy, Instant::now(), store.compacted_revision());
     if let CompactionPolicy::SafetyNet(d) = policy {
@@ -203,8 +211,15 @@ pub(super) async fn auto_compact(
         ) else {
             continue;
         };
-        let s = store.clone();
-        match tokio::task::spawn_blocking(move || s.compact(target)).await {
+        let done = match &node {
+            Some(node) if !node.status().is_leader() => continue,
+            Some(node) => Ok(Proposer::compact_replicated(node, target).await),
+            None => {
+                let s = store.clone();
+                tokio::task::spawn_blocking(move || s.compact(target)).await
+            }
+        };
+        match done {
             Ok(Ok(_)) => match policy {
                 CompactionPolicy::SafetyNet(d) => tracing::warn!(
                     revision = target,

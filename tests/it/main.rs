@@ -7,6 +7,7 @@
 mod authority;
 mod cli;
 mod cluster;
+mod cluster_compaction;
 mod cluster_tls;
 mod concurrency;
 mod config;
