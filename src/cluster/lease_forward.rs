@@ -27,8 +27,8 @@ use crate::api::{status, Shared};
 use crate::config::ClusterConfig;
 use crate::error::Error;
 use crate::mvcc::{Entry, LeaseKeepAliveResponse, LeaseTimeToLiveResponse, Store};
-use crate::proto::etcdserverpb as pb;
 use crate::proto::ephd::internal::raft_transport_client::RaftTransportClient;
+use crate::proto::etcdserverpb as pb;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -98,10 +98,7 @@ impl LeaseForward {
         if let Some(c) = clients.get(&id) {
             return Ok(c.clone());
         }
-        let url = self
-            .peers
-            .get(&id)
-            .ok_or_else(|| status(Error::NoLeader))?;
+        let url = self.peers.get(&id).ok_or_else(|| status(Error::NoLeader))?;
         let channel = tonic::transport::Endpoint::from_shared(url.clone())
             .map_err(|e| Status::unavailable(format!("invalid peer URL {url}: {e}")))?
             .connect_timeout(Duration::from_secs(1))
@@ -215,7 +212,10 @@ pub async fn time_to_live(
 }
 
 /// The peer service's LeaseKeepAlive: only the leader answers.
-pub(super) async fn serve_keep_alive(node: &Node, id: i64) -> Result<pb::LeaseKeepAliveResponse, Status> {
+pub(super) async fn serve_keep_alive(
+    node: &Node,
+    id: i64,
+) -> Result<pb::LeaseKeepAliveResponse, Status> {
     let r = keep_alive_as_leader(node, id).await?;
     Ok(pb::LeaseKeepAliveResponse {
         header: Some(pb::ResponseHeader {

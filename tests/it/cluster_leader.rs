@@ -9,12 +9,12 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use ephd::proto::etcdserverpb::{
-    watch_request::RequestUnion, LeaseGrantRequest, LeaseKeepAliveRequest,
-    LeaseTimeToLiveRequest, MemberListRequest, MoveLeaderRequest, PutRequest, RangeRequest,
-    StatusRequest, StatusResponse, WatchRequest, WatchResponse,
+    lease_client::LeaseClient, maintenance_client::MaintenanceClient, watch_client::WatchClient,
 };
 use ephd::proto::etcdserverpb::{
-    lease_client::LeaseClient, maintenance_client::MaintenanceClient, watch_client::WatchClient,
+    watch_request::RequestUnion, LeaseGrantRequest, LeaseKeepAliveRequest, LeaseTimeToLiveRequest,
+    MemberListRequest, MoveLeaderRequest, PutRequest, RangeRequest, StatusRequest, StatusResponse,
+    WatchRequest, WatchResponse,
 };
 use ephd::proto::mvccpb::event::EventType;
 use tokio::sync::mpsc;
@@ -52,7 +52,10 @@ async fn leader_of(endpoints: &[String], not: Option<u64>) -> (usize, u64) {
         for e in endpoints {
             seen.push(status_at(e).await);
         }
-        let leaders: BTreeSet<u64> = seen.iter().map(|s| s.as_ref().map_or(0, |s| s.leader)).collect();
+        let leaders: BTreeSet<u64> = seen
+            .iter()
+            .map(|s| s.as_ref().map_or(0, |s| s.leader))
+            .collect();
         if let (1, Some(&leader)) = (leaders.len(), leaders.iter().next()) {
             let at = seen.iter().position(|s| {
                 s.as_ref()
@@ -69,7 +72,11 @@ async fn leader_of(endpoints: &[String], not: Option<u64>) -> (usize, u64) {
 }
 
 fn endpoints(cluster: &EphdCluster) -> Vec<String> {
-    cluster.running().iter().map(|(_, m)| m.endpoint()).collect()
+    cluster
+        .running()
+        .iter()
+        .map(|(_, m)| m.endpoint())
+        .collect()
 }
 
 /// Grants a lease of `ttl` seconds through `m` (retrying while an election
@@ -115,10 +122,13 @@ impl KeepAlive {
             req.metadata_mut()
                 .insert("hasleader", "true".parse().unwrap());
         }
-        let rx = within("keep-alive open", LeaseClient::new(channel).lease_keep_alive(req))
-            .await
-            .expect("keep-alive stream")
-            .into_inner();
+        let rx = within(
+            "keep-alive open",
+            LeaseClient::new(channel).lease_keep_alive(req),
+        )
+        .await
+        .expect("keep-alive stream")
+        .into_inner();
         KeepAlive { tx, rx }
     }
 
@@ -145,7 +155,11 @@ async fn watch_key(
 ) -> (mpsc::Sender<WatchRequest>, tonic::Streaming<WatchResponse>) {
     let (tx, rx) = mpsc::channel(4);
     tx.send(WatchRequest {
-        request_union: Some(RequestUnion::CreateRequest(watch_req(key.as_bytes(), b"", 1))),
+        request_union: Some(RequestUnion::CreateRequest(watch_req(
+            key.as_bytes(),
+            b"",
+            1,
+        ))),
     })
     .await
     .unwrap();
@@ -192,7 +206,10 @@ async fn keep_alive_through_a_follower_survives_a_leader_kill_and_expiry_happens
     let mut ka = KeepAlive::open(f.channel().await, false).await;
     let mut watches = Vec::new();
     for i in [follower, other] {
-        watches.push((i, watch_key(cluster.member(i).unwrap().channel().await, "kept", false).await));
+        watches.push((
+            i,
+            watch_key(cluster.member(i).unwrap().channel().await, "kept", false).await,
+        ));
     }
     assert_eq!(ka.renew(id).await.expect("keep-alive"), TTL);
 
@@ -207,7 +224,10 @@ async fn keep_alive_through_a_follower_survives_a_leader_kill_and_expiry_happens
                 assert_eq!(ttl, TTL, "renewed with the full TTL");
                 last_ack = Instant::now();
             }
-            Err(s) => panic!("keep-alive through a follower during the leader change: {s:?}\n{}", cluster.logs()),
+            Err(s) => panic!(
+                "keep-alive through a follower during the leader change: {s:?}\n{}",
+                cluster.logs()
+            ),
         }
     }
     leader_of(&endpoints(&cluster), Some(leader_id)).await;
@@ -231,8 +251,15 @@ async fn keep_alive_through_a_follower_survives_a_leader_kill_and_expiry_happens
     let mut revisions = BTreeSet::new();
     for (i, (_tx, stream)) in &mut watches {
         let deleted = loop {
-            let r = within_long(stream.message()).await.expect("watch").expect("open");
-            if let Some(e) = r.events.iter().find(|e| e.r#type == EventType::Delete as i32) {
+            let r = within_long(stream.message())
+                .await
+                .expect("watch")
+                .expect("open");
+            if let Some(e) = r
+                .events
+                .iter()
+                .find(|e| e.r#type == EventType::Delete as i32)
+            {
                 break e.kv.as_ref().unwrap().mod_revision;
             }
         };
@@ -243,11 +270,18 @@ async fn keep_alive_through_a_follower_survives_a_leader_kill_and_expiry_happens
         );
         revisions.insert(deleted);
     }
-    assert_eq!(revisions.len(), 1, "one expiry, at one revision: {revisions:?}");
+    assert_eq!(
+        revisions.len(),
+        1,
+        "one expiry, at one revision: {revisions:?}"
+    );
     // And no second one: nothing else happens to the key.
     for (i, (_tx, stream)) in &mut watches {
         let more = tokio::time::timeout(Duration::from_secs(2), stream.message()).await;
-        assert!(more.is_err(), "m{i}: a second event after the expiry: {more:?}");
+        assert!(
+            more.is_err(),
+            "m{i}: a second event after the expiry: {more:?}"
+        );
     }
 }
 
@@ -314,7 +348,9 @@ async fn hasleader_without_a_leader_fails_requests_and_cancels_streams() {
     // No leader: known within an election timeout or two (check quorum).
     let deadline = killed + SETTLE;
     loop {
-        let s = status_at(&cluster.member(0).unwrap().endpoint()).await.expect("status");
+        let s = status_at(&cluster.member(0).unwrap().endpoint())
+            .await
+            .expect("status");
         if s.leader == 0 {
             break;
         }
@@ -339,7 +375,11 @@ async fn hasleader_without_a_leader_fails_requests_and_cancels_streams() {
     let err = within("hasleader get", kv.range(get(true)))
         .await
         .expect_err("no leader");
-    assert!(started.elapsed() < Duration::from_millis(500), "not at once: {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "not at once: {:?}",
+        started.elapsed()
+    );
     assert_eq!(err.code(), tonic::Code::Unavailable, "{err:?}");
     assert_eq!(err.message(), "etcdserver: no leader");
     within("plain get", kv.range(get(false)))
@@ -349,22 +389,40 @@ async fn hasleader_without_a_leader_fails_requests_and_cancels_streams() {
     let end = within_long(required.message()).await;
     let cancelled_after = leaderless.elapsed();
     let s = end.expect_err("the hasleader watch ends with an error");
-    assert_eq!((s.code(), s.message()), (tonic::Code::Unavailable, "etcdserver: no leader"));
+    assert_eq!(
+        (s.code(), s.message()),
+        (tonic::Code::Unavailable, "etcdserver: no leader")
+    );
     assert!(
-        cancelled_after >= 2 * ELECTION - Duration::from_millis(100) && killed.elapsed() <= 3 * ELECTION + Duration::from_secs(4),
+        cancelled_after >= 2 * ELECTION - Duration::from_millis(100)
+            && killed.elapsed() <= 3 * ELECTION + Duration::from_secs(4),
         "cancelled {cancelled_after:?} after losing the leader (three election timeouts: {:?})",
         3 * ELECTION
     );
-    let s = ka.renew(id).await.expect_err("the hasleader keep-alive stream ends");
-    assert_eq!((s.code(), s.message()), (tonic::Code::Unavailable, "etcdserver: no leader"));
+    let s = ka
+        .renew(id)
+        .await
+        .expect_err("the hasleader keep-alive stream ends");
+    assert_eq!(
+        (s.code(), s.message()),
+        (tonic::Code::Unavailable, "etcdserver: no leader")
+    );
     let still = tokio::time::timeout(Duration::from_millis(500), plain.message()).await;
-    assert!(still.is_err(), "the watch without hasleader stays open: {still:?}");
+    assert!(
+        still.is_err(),
+        "the watch without hasleader stays open: {still:?}"
+    );
 }
 
 /// MoveLeader's answer through `endpoint`: Ok(()) or (code, message).
 async fn move_leader(endpoint: &str, target: u64) -> Result<(), (tonic::Code, String)> {
     let mut c = MaintenanceClient::new(connect_channel(endpoint).await);
-    match within("move leader", c.move_leader(MoveLeaderRequest { target_id: target })).await {
+    match within(
+        "move leader",
+        c.move_leader(MoveLeaderRequest { target_id: target }),
+    )
+    .await
+    {
         Ok(_) => Ok(()),
         Err(s) => Err((s.code(), s.message().to_string())),
     }
@@ -392,7 +450,13 @@ async fn move_leader_answers(endpoints: &[String]) -> Vec<Result<(), (tonic::Cod
     let mut answers = Vec::new();
     let (at, leader) = leader_of(endpoints, None).await;
     let follower = &endpoints[(at + 1) % endpoints.len()];
-    answers.push(move_leader(follower, ids.iter().copied().find(|i| *i != leader).unwrap()).await);
+    answers.push(
+        move_leader(
+            follower,
+            ids.iter().copied().find(|i| *i != leader).unwrap(),
+        )
+        .await,
+    );
     answers.push(move_leader(&endpoints[at], 0x1234_5678).await);
     answers.push(move_leader(&endpoints[at], leader).await);
     for target in ids {
@@ -425,7 +489,10 @@ async fn move_leader_answers_as_a_stock_etcd_cluster_does() {
     assert_eq!(
         expected[..3],
         [
-            Err((tonic::Code::FailedPrecondition, "etcdserver: not leader".to_string())),
+            Err((
+                tonic::Code::FailedPrecondition,
+                "etcdserver: not leader".to_string()
+            )),
             Err((
                 tonic::Code::FailedPrecondition,
                 "etcdserver: bad leader transferee".to_string()
@@ -436,7 +503,10 @@ async fn move_leader_answers_as_a_stock_etcd_cluster_does() {
     // Status reports the raft applied index on every member.
     for (i, m) in cluster.running() {
         let s = status_at(&m.endpoint()).await.unwrap();
-        assert!(s.raft_applied_index > 0 && s.raft_applied_index <= s.raft_index, "m{i}: {s:?}");
+        assert!(
+            s.raft_applied_index > 0 && s.raft_applied_index <= s.raft_index,
+            "m{i}: {s:?}"
+        );
     }
 }
 
@@ -445,7 +515,8 @@ async fn move_leader_answers_as_a_stock_etcd_cluster_does() {
 /// timeout (2 s here), where a killed leader costs at least one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_of_the_leader_hands_leadership_over_without_an_election_gap() {
-    let mut cluster = EphdCluster::start(3, &["--heartbeat-interval=100", "--election-timeout=2000"]);
+    let mut cluster =
+        EphdCluster::start(3, &["--heartbeat-interval=100", "--election-timeout=2000"]);
     let (leader, leader_id) = leader_of(&endpoints(&cluster), None).await;
     let others: Vec<String> = (0..3)
         .filter(|i| *i != leader)
@@ -470,11 +541,22 @@ async fn sigterm_of_the_leader_hands_leadership_over_without_an_election_gap() {
         handed < Duration::from_millis(1000),
         "new leader {handed:?} after SIGTERM: an election gap (election timeout 2 s)"
     );
-    assert!(cluster.reap(leader, Duration::from_secs(10)), "clean exit after SIGTERM");
+    assert!(
+        cluster.reap(leader, Duration::from_secs(10)),
+        "clean exit after SIGTERM"
+    );
     let (at, _) = leader_of(&others, Some(leader_id)).await;
-    let mut kv = ephd::proto::etcdserverpb::kv_client::KvClient::new(connect_channel(&others[at]).await);
-    within("put", kv.put(PutRequest { key: b"after".to_vec().into(), value: b"v".to_vec().into(), ..Default::default() }))
-        .await
-        .expect("writes after the hand-over");
+    let mut kv =
+        ephd::proto::etcdserverpb::kv_client::KvClient::new(connect_channel(&others[at]).await);
+    within(
+        "put",
+        kv.put(PutRequest {
+            key: b"after".to_vec().into(),
+            value: b"v".to_vec().into(),
+            ..Default::default()
+        }),
+    )
+    .await
+    .expect("writes after the hand-over");
     eprintln!("leadership handed over {handed:?} after SIGTERM");
 }
