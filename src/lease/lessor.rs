@@ -516,4 +516,36 @@ mod tests {
         l.detach(3, &k("c"));
         assert_eq!(l.take_for_revoke(3), Ok(vec![k("a"), k("b")]));
     }
+
+    #[test]
+    fn promote_resumes_from_the_checkpoint_or_the_full_ttl() {
+        let l = Lessor::new(LessorConfig::default());
+        let t0 = Instant::now();
+        l.grant(1, 100).unwrap();
+        l.grant(2, 100).unwrap();
+        l.grant(3, 3).unwrap();
+        l.arm_new(t0);
+        // The leader's checkpoint: 40 s left of lease 1, lease 2 renewed.
+        let at = t0 + Duration::from_secs(60);
+        let cps = l.remaining_for_checkpoint(at, Duration::from_secs(5));
+        assert_eq!(
+            cps,
+            vec![(1, 40_000), (2, 40_000)],
+            "short leases are left out"
+        );
+        l.checkpoint(1, 40_000);
+        l.checkpoint(2, 40_000);
+        l.checkpoint(2, -1);
+        assert!(l.checkpointed(1) && !l.checkpointed(2) && !l.checkpointed(3));
+        // A new leader, 2 s later: lease 1 from its checkpoint, the others
+        // from their full TTL; nothing expired early.
+        let promoted = at + Duration::from_secs(2);
+        l.promote(promoted);
+        assert_eq!(l.info(1, false, promoted).unwrap().remaining_ms, 40_000);
+        assert_eq!(l.info(2, false, promoted).unwrap().remaining_ms, 100_000);
+        assert_eq!(l.info(3, false, promoted).unwrap().remaining_ms, 3_000);
+        assert!(l.expired(promoted + Duration::from_secs(2), 10).is_empty());
+        assert_eq!(l.expired(promoted + Duration::from_secs(3), 10), vec![3]);
+        assert_eq!(l.expired(promoted + Duration::from_secs(40), 10), vec![1]);
+    }
 }

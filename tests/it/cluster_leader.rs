@@ -322,6 +322,7 @@ async fn remaining_ttl_after_a_leader_kill_resumes_from_the_checkpoint() {
             "m{i}: {ttl} s left, {left:.1} s were due: more than the checkpoint bound {bound:?}"
         );
         assert!(ttl < TTL - 2, "m{i}: reset to the full TTL ({ttl} s)");
+        eprintln!("m{i}: {ttl} s left after the leader change, {left:.1} s due");
     }
 }
 
@@ -559,4 +560,28 @@ async fn sigterm_of_the_leader_hands_leadership_over_without_an_election_gap() {
     .await
     .expect("writes after the hand-over");
     eprintln!("leadership handed over {handed:?} after SIGTERM");
+}
+
+/// A single member answers MoveLeader as a single-member stock etcd:
+/// success for itself, `bad leader transferee` for any other ID.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn move_leader_on_a_single_member_answers_as_stock_etcd() {
+    let etcd = crate::harness::StockEtcd::start();
+    let ephd = crate::support::ephd(&[]);
+    let mut answers = Vec::new();
+    for endpoint in [etcd.endpoint(), ephd.endpoint()] {
+        let me = member_ids(&endpoint).await[0];
+        answers.push((
+            move_leader(&endpoint, me).await,
+            move_leader(&endpoint, me ^ 1).await,
+        ));
+    }
+    assert_eq!(answers[1], answers[0], "ephd against stock etcd");
+    assert_eq!(
+        answers[0].1,
+        Err((
+            tonic::Code::FailedPrecondition,
+            "etcdserver: bad leader transferee".to_string()
+        ))
+    );
 }
