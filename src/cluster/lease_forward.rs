@@ -110,6 +110,13 @@ impl LeaseForward {
     }
 }
 
+/// How long one forwarded call may take before the member looks for the
+/// leader again: the leader may wait up to an election timeout for its
+/// lease restart and another for a ReadIndex round, plus a round trip.
+fn attempt_limit(election: Duration) -> Duration {
+    (3 * election).max(Duration::from_secs(1))
+}
+
 /// Whether an answer from the leader (or the way to it) may change if the
 /// member asks again shortly: a leader change, or a leader not ready.
 fn retryable(s: &Status) -> bool {
@@ -138,8 +145,11 @@ where
             Some(l) if l == node.id() => local().await,
             Some(l) => match node.leases.client(l) {
                 Ok(client) => {
+                    // A leader that hangs (frozen, cut off) is likely
+                    // replaced meanwhile: ask again, maybe elsewhere.
                     let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-                    match tokio::time::timeout(left, remote(client)).await {
+                    let attempt = left.min(attempt_limit(node.election_timeout()));
+                    match tokio::time::timeout(attempt, remote(client)).await {
                         Ok(r) => r,
                         Err(_) => Err(status(Error::Timeout)),
                     }

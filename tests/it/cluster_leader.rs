@@ -585,3 +585,66 @@ async fn move_leader_on_a_single_member_answers_as_stock_etcd() {
         ))
     );
 }
+
+/// A leader frozen (SIGSTOP) past a lease's TTL while keep-alives go on
+/// through a follower is deposed; when it wakes (SIGCONT) its own timers
+/// say the lease expired, but what it decided as leader of an old term
+/// never takes effect: the key stays on every member, no DELETE event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deposed_leader_never_revokes_a_lease_kept_alive_elsewhere() {
+    const TTL: i64 = 2;
+    let cluster = EphdCluster::start(3, TIMING);
+    let (leader, leader_id) = leader_of(&endpoints(&cluster), None).await;
+    let follower = cluster.member((leader + 1) % 3).unwrap();
+    let id = leased_key(follower, TTL, "kept").await;
+    let (_w, mut events) = watch_key(follower.channel().await, "kept", false).await;
+    let put = within("put event", events.message())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(put.events.len(), 1, "{put:?}");
+    let mut ka = KeepAlive::open(follower.channel().await, false).await;
+    ka.renew(id).await.expect("keep-alive");
+
+    let pid = cluster.member(leader).unwrap().pid() as i32;
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    let frozen = Instant::now();
+    while frozen.elapsed() < Duration::from_secs(3 * TTL as u64) {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        ka.renew(id)
+            .await
+            .unwrap_or_else(|s| panic!("keep-alive while the leader is frozen: {s:?}"));
+    }
+    let others: Vec<String> = cluster
+        .running()
+        .iter()
+        .filter(|(i, _)| *i != leader)
+        .map(|(_, m)| m.endpoint())
+        .collect();
+    leader_of(&others, Some(leader_id)).await;
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+    let woke = Instant::now();
+    while woke.elapsed() < Duration::from_secs(2 * TTL as u64) {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        ka.renew(id)
+            .await
+            .expect("keep-alive after the old leader woke");
+    }
+    let more = tokio::time::timeout(Duration::from_millis(200), events.message()).await;
+    assert!(more.is_err(), "an event on the kept key: {more:?}");
+    for (i, m) in cluster.running() {
+        let mut kv = m.kv().await;
+        let r = within(
+            "get",
+            kv.range(RangeRequest {
+                key: b"kept".to_vec().into(),
+                serializable: true,
+                ..Default::default()
+            }),
+        )
+        .await
+        .unwrap()
+        .into_inner();
+        assert_eq!(r.kvs.len(), 1, "m{i} lost the kept key");
+    }
+}

@@ -338,6 +338,12 @@ impl ClusterMember {
     pub fn metrics_port(&self) -> u16 {
         self.metrics_port
     }
+
+    /// OS process id (to stop and continue it, as a frozen leader).
+    #[allow(dead_code)]
+    pub fn pid(&self) -> u32 {
+        self.process.child.id()
+    }
 }
 
 impl Server for ClusterMember {
