@@ -74,6 +74,9 @@ pub enum Error {
     /// Cluster mode: this member knows no leader, so a write cannot be
     /// proposed.
     NoLeader,
+    /// A lease revoke or checkpoint proposed in an earlier term than the
+    /// one that committed it (a deposed leader's): refused on every member.
+    LeaderChanged,
     /// Cluster mode: a proposed write was not applied within the request
     /// timeout (a leader change may have lost it; it is never proposed
     /// again).
@@ -115,9 +118,11 @@ impl Error {
             Error::Compacted | Error::FutureRev | Error::LeaseTtlTooLarge => Code::OutOfRange,
             Error::LeaseNotFound => Code::NotFound,
             Error::LeaseExist | Error::AuthNotEnabled => Code::FailedPrecondition,
-            Error::Stopped | Error::StreamShutdown | Error::NoLeader | Error::Timeout => {
-                Code::Unavailable
-            }
+            Error::Stopped
+            | Error::StreamShutdown
+            | Error::NoLeader
+            | Error::LeaderChanged
+            | Error::Timeout => Code::Unavailable,
             Error::NoSpace | Error::TooManyRequests => Code::ResourceExhausted,
             Error::Corrupt => Code::DataLoss,
             Error::AuthUnsupported
@@ -147,6 +152,7 @@ impl Error {
             Error::RequestTooLarge => "etcdserver: request is too large",
             Error::Stopped => "etcdserver: server stopped",
             Error::NoLeader => "etcdserver: no leader",
+            Error::LeaderChanged => "etcdserver: leader changed",
             Error::Timeout => "etcdserver: request timed out",
             Error::NoSpace => "etcdserver: mvcc: database space exceeded",
             Error::Corrupt => "etcdserver: corrupt cluster",
@@ -285,6 +291,11 @@ mod tests {
                 "etcdserver: server stopped",
             ),
             (Error::NoLeader, Code::Unavailable, "etcdserver: no leader"),
+            (
+                Error::LeaderChanged,
+                Code::Unavailable,
+                "etcdserver: leader changed",
+            ),
             (
                 Error::Timeout,
                 Code::Unavailable,

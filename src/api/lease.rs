@@ -2,6 +2,7 @@
 //! entry point (`mvcc/leases.rs`), where every lease rule lives.
 
 use super::{status, Shared};
+use crate::cluster::{leadership::Lost, lease_forward};
 use crate::proto::etcdserverpb::{self as pb, lease_server::Lease};
 use futures::Stream;
 use std::pin::Pin;
@@ -64,6 +65,8 @@ impl Lease for LeaseService {
         &self,
         req: Request<Streaming<pb::LeaseKeepAliveRequest>>,
     ) -> Result<Response<KeepAliveOut>, Status> {
+        let node = self.0.proposer.node().cloned();
+        let mut lost = crate::cluster::leadership::leader_lost(node.as_ref(), req.metadata());
         let mut inbound = req.into_inner();
         let shared = self.0.clone();
         let (tx, rx) = mpsc::channel(16);
@@ -71,6 +74,11 @@ impl Lease for LeaseService {
             let mut stop = shared.stop.clone();
             loop {
                 let req = tokio::select! {
+                    // `hasleader` and no leader for three election timeouts.
+                    _ = lost.wait() => {
+                        let _ = tx.send(Err(Lost::status())).await;
+                        return;
+                    }
                     msg = inbound.message() => match msg {
                         Ok(Some(req)) => req,
                         Ok(None) => return,
@@ -84,7 +92,18 @@ impl Lease for LeaseService {
                         return;
                     }
                 };
-                let renewed = shared.store.lease_keep_alive(req.id);
+                // In cluster mode only the leader renews, once it has
+                // confirmed it leads; a failure ends the stream, as in etcd.
+                let renewed = match &node {
+                    None => shared.store.lease_keep_alive(req.id),
+                    Some(n) => match lease_forward::keep_alive(n, req.id).await {
+                        Ok(r) => r,
+                        Err(s) => {
+                            let _ = tx.send(Err(s)).await;
+                            return;
+                        }
+                    },
+                };
                 shared.metrics.lease_renewed.inc();
                 let resp = pb::LeaseKeepAliveResponse {
                     header: shared.info.header(renewed.revision),
@@ -104,8 +123,17 @@ impl Lease for LeaseService {
         req: Request<pb::LeaseTimeToLiveRequest>,
     ) -> Result<Response<pb::LeaseTimeToLiveResponse>, Status> {
         let req = req.into_inner();
-        let Shared { store, info, .. } = &self.0;
-        let l = store.lease_time_to_live(req.id, req.keys);
+        let Shared {
+            store,
+            info,
+            proposer,
+            ..
+        } = &self.0;
+        // In cluster mode, the leader's view (forwarded to it).
+        let l = match proposer.node() {
+            None => store.lease_time_to_live(req.id, req.keys),
+            Some(n) => lease_forward::time_to_live(n, req.id, req.keys).await?,
+        };
         Ok(Response::new(pb::LeaseTimeToLiveResponse {
             header: info.header(l.revision),
             id: l.id,

@@ -138,9 +138,16 @@ impl Maintenance for MaintenanceService {
 
     async fn move_leader(
         &self,
-        _r: Request<pb::MoveLeaderRequest>,
+        r: Request<pb::MoveLeaderRequest>,
     ) -> Result<Response<pb::MoveLeaderResponse>, Status> {
-        Err(status(Error::MoveLeaderUnsupported))
+        let target = r.into_inner().target_id;
+        match self.0.proposer.node() {
+            // A single member leads already: only itself is a transferee.
+            None => crate::cluster::leadership::move_leader_single(self.0.info.member_id, target)?,
+            Some(n) => crate::cluster::leadership::move_leader(n, target).await?,
+        }
+        // etcd 3.4 answers with an empty response (no header).
+        Ok(Response::new(pb::MoveLeaderResponse::default()))
     }
 
     async fn downgrade(

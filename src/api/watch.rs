@@ -4,6 +4,7 @@
 //! task; writers and other streams are unaffected.
 
 use super::{convert, Shared};
+use crate::cluster::leadership;
 use crate::proto::etcdserverpb::{self as pb, watch_request::RequestUnion, watch_server::Watch};
 use crate::watch::{Output, WatchSpec, WatchStream};
 use futures::Stream;
@@ -29,9 +30,10 @@ impl Watch for WatchService {
         &self,
         req: Request<Streaming<pb::WatchRequest>>,
     ) -> Result<Response<WatchOut>, Status> {
+        let lost = leadership::leader_lost(self.0.proposer.node(), req.metadata());
         let inbound = req.into_inner();
         let (tx, rx) = mpsc::channel(16);
-        tokio::spawn(run(self.0.clone(), inbound, tx));
+        tokio::spawn(run(self.0.clone(), inbound, tx, lost));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 }
@@ -39,7 +41,12 @@ impl Watch for WatchService {
 type Tx = mpsc::Sender<Result<pb::WatchResponse, Status>>;
 
 /// The per-stream loop. Returns when the client goes away.
-async fn run(shared: Shared, mut inbound: Streaming<pb::WatchRequest>, tx: Tx) {
+async fn run(
+    shared: Shared,
+    mut inbound: Streaming<pb::WatchRequest>,
+    tx: Tx,
+    mut lost: leadership::Lost,
+) {
     let store = shared.store.clone();
     let mut stop = shared.stop.clone();
     let _stream_gauge = GaugeGuard::new(&shared.metrics.watch_streams, 1);
@@ -62,6 +69,11 @@ async fn run(shared: Shared, mut inbound: Streaming<pb::WatchRequest>, tx: Tx) {
             }
         }
         let outs = tokio::select! {
+            // `hasleader` and no leader for three election timeouts.
+            _ = lost.wait() => {
+                let _ = tx.send(Err(leadership::Lost::status())).await;
+                return;
+            }
             msg = inbound.message() => match msg {
                 Ok(Some(req)) => handle(&shared, &mut ws, req),
                 Ok(None) => return,

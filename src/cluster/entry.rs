@@ -9,7 +9,9 @@
 //! txn may nest deeper than prost's recursion limit.
 
 use crate::mvcc::{AlarmAction, Entry};
-use crate::proto::ephd::internal::{raft_entry::Request, RaftEntry};
+use crate::proto::ephd::internal::{
+    raft_entry::Request, LeaseCheckpoint, LeaseCheckpoints, RaftEntry,
+};
 use crate::proto::etcdserverpb as pb;
 use crate::proto::nesting;
 use crate::wire;
@@ -23,13 +25,17 @@ pub struct Proposal {
     pub proposer: u64,
     /// The proposal number on that member.
     pub proposal: u64,
+    /// The term the proposer was in, for entries checked against the term
+    /// of the log entry carrying them (0: not checked).
+    pub term: u64,
     /// The mutation.
     pub entry: Entry,
 }
 
 /// Encodes `entry`, proposed by member `proposer` as its proposal number
-/// `proposal`, as the data of a Raft log entry.
-pub fn encode(proposer: u64, proposal: u64, entry: Entry) -> Vec<u8> {
+/// `proposal` in Raft term `term` (0: not checked when applied), as the
+/// data of a Raft log entry.
+pub fn encode(proposer: u64, proposal: u64, term: u64, entry: Entry) -> Vec<u8> {
     let request = match entry {
         Entry::Put(r) => Request::Put(wire::put(r)),
         Entry::Delete(r) => Request::DeleteRange(wire::delete(r)),
@@ -40,6 +46,12 @@ pub fn encode(proposer: u64, proposal: u64, entry: Entry) -> Vec<u8> {
         }),
         Entry::LeaseGrant { id, ttl } => Request::LeaseGrant(pb::LeaseGrantRequest { ttl, id }),
         Entry::LeaseRevoke { id } => Request::LeaseRevoke(pb::LeaseRevokeRequest { id }),
+        Entry::LeaseCheckpoint { checkpoints } => Request::LeaseCheckpoint(LeaseCheckpoints {
+            checkpoints: checkpoints
+                .into_iter()
+                .map(|(id, remaining_ms)| LeaseCheckpoint { id, remaining_ms })
+                .collect(),
+        }),
         Entry::Alarm {
             action,
             member_id,
@@ -57,6 +69,7 @@ pub fn encode(proposer: u64, proposal: u64, entry: Entry) -> Vec<u8> {
     RaftEntry {
         proposer,
         proposal,
+        term,
         request: Some(request),
     }
     .encode_to_vec()
@@ -80,6 +93,13 @@ pub fn decode(data: Bytes) -> Result<Proposal, String> {
             ttl: r.ttl,
         },
         Some(Request::LeaseRevoke(r)) => Entry::LeaseRevoke { id: r.id },
+        Some(Request::LeaseCheckpoint(c)) => Entry::LeaseCheckpoint {
+            checkpoints: c
+                .checkpoints
+                .into_iter()
+                .map(|c| (c.id, c.remaining_ms))
+                .collect(),
+        },
         Some(Request::Alarm(r)) => Entry::Alarm {
             action: match r.action {
                 1 => AlarmAction::Activate,
@@ -94,6 +114,7 @@ pub fn decode(data: Bytes) -> Result<Proposal, String> {
     Ok(Proposal {
         proposer: e.proposer,
         proposal: e.proposal,
+        term: e.term,
         entry,
     })
 }
@@ -206,6 +227,9 @@ mod tests {
             Entry::Compact { revision: 42 },
             Entry::LeaseGrant { id: 99, ttl: 60 },
             Entry::LeaseRevoke { id: 99 },
+            Entry::LeaseCheckpoint {
+                checkpoints: vec![(99, 1500), (7, -1)],
+            },
             Entry::Alarm {
                 action: AlarmAction::Get,
                 member_id: 0,
@@ -228,12 +252,12 @@ mod tests {
     fn every_entry_variant_survives_encode_and_decode() {
         for (i, entry) in every_entry().into_iter().enumerate() {
             let before = format!("{entry:?}");
-            let bytes = encode(0xfeed, i as u64 + 1, entry);
+            let bytes = encode(0xfeed, i as u64 + 1, 3, entry);
             let p = decode(Bytes::from(bytes.clone())).unwrap();
-            assert_eq!((p.proposer, p.proposal), (0xfeed, i as u64 + 1));
+            assert_eq!((p.proposer, p.proposal, p.term), (0xfeed, i as u64 + 1, 3));
             assert_eq!(format!("{:?}", p.entry), before, "entry {i}");
             // And the decoded entry encodes to the very same bytes.
-            assert_eq!(encode(0xfeed, i as u64 + 1, p.entry), bytes, "entry {i}");
+            assert_eq!(encode(0xfeed, i as u64 + 1, 3, p.entry), bytes, "entry {i}");
         }
     }
 
@@ -247,7 +271,7 @@ mod tests {
             };
         }
         let before = format!("{t:?}");
-        let p = decode(Bytes::from(encode(1, 2, Entry::Txn(t)))).unwrap();
+        let p = decode(Bytes::from(encode(1, 2, 0, Entry::Txn(t)))).unwrap();
         assert_eq!(format!("{:?}", p.entry), format!("Txn({before})"));
     }
 

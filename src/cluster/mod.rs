@@ -12,8 +12,13 @@
 //!   members, over a small gRPC service on the peer listener.
 //! * `entry.rs`: a store entry as the bytes of a log entry.
 //! * `logger.rs`: raft's log lines into `tracing`.
+//! * `leadership.rs`: MoveLeader, the hand-over on SIGTERM, `hasleader`.
+//! * `lease_forward.rs`: keep-alives answered by the leader, term-checked
+//!   revokes, lease checkpoints.
 
 pub mod entry;
+pub mod leadership;
+pub mod lease_forward;
 mod logger;
 mod node;
 mod peers;
@@ -131,7 +136,11 @@ impl Proposer {
     pub async fn lease_revoke(&self, store: &Store, id: i64) -> Result<i64> {
         match self {
             Proposer::Local => store.lease_revoke_async(id).await,
-            Proposer::Replicated(n) => match n.propose(Entry::LeaseRevoke { id }).await? {
+            // Refused when applied if a later term commits it.
+            Proposer::Replicated(n) => match n
+                .propose_in_term(Entry::LeaseRevoke { id }, n.status().term())
+                .await?
+            {
                 Applied::LeaseRevoke { revision } => Ok(revision),
                 other => unreachable!("a revoke applied as {other:?}"),
             },

@@ -49,6 +49,9 @@ pub(super) enum Input {
     Propose { proposal: u64, data: Vec<u8> },
     /// A ReadIndex request of this member, with its number.
     ReadIndex { ctx: u64 },
+    /// Hand leadership to this member, or to the most caught-up voter
+    /// (see `leadership.rs`).
+    TransferLeader(Option<u64>),
     /// Stop the thread.
     Stop,
 }
@@ -150,6 +153,9 @@ pub struct Node {
     timeout: Duration,
     election: Duration,
     threads: Mutex<Vec<JoinHandle<()>>>,
+    /// The voters, links to the other members, and the lease state that
+    /// only the leader's clock decides (see `lease_forward.rs`).
+    pub(super) leases: super::lease_forward::LeaseForward,
 }
 
 impl Node {
@@ -200,6 +206,7 @@ impl Node {
             .name("ephd-raft".into())
             .spawn(move || raft_loop.run())
             .map_err(|e| format!("cannot start the raft thread: {e}"))?;
+        let leases = super::lease_forward::LeaseForward::new(config, store.clone());
         let applier = Applier {
             id,
             store,
@@ -233,6 +240,7 @@ impl Node {
             timeout: Duration::from_secs(5) + 2 * config.election,
             election: config.election,
             threads: Mutex::new(vec![raft_thread, apply_thread]),
+            leases,
         }))
     }
 
@@ -256,11 +264,19 @@ impl Node {
     /// the request timeout fails with `etcdserver: request timed out` and is
     /// never proposed again (it may still commit later).
     pub async fn propose(&self, entry: Entry) -> Result<Applied> {
+        self.propose_in_term(entry, 0).await
+    }
+
+    /// [`Node::propose`], for an entry every member refuses (with
+    /// `etcdserver: leader changed`) unless the log entry carrying it has
+    /// Raft term `term`: lease revokes and checkpoints, which a deposed
+    /// leader must not decide. `term == 0` checks nothing.
+    pub async fn propose_in_term(&self, entry: Entry, term: u64) -> Result<Applied> {
         if self.status.leader().is_none() {
             return Err(Error::NoLeader);
         }
         let proposal = self.next_number.fetch_add(1, Ordering::Relaxed);
-        let data = entry::encode(self.id, proposal, entry);
+        let data = entry::encode(self.id, proposal, term, entry);
         let (rx, _pending) = self.waiters.wait(proposal);
         self.send(Input::Propose { proposal, data })?;
         match tokio::time::timeout(self.timeout, rx).await {
@@ -304,7 +320,17 @@ impl Node {
         }
     }
 
-    fn send(&self, input: Input) -> Result<()> {
+    /// The election timeout (`--election-timeout`).
+    pub fn election_timeout(&self) -> Duration {
+        self.election
+    }
+
+    /// etcd's request timeout: 5 s plus two election timeouts.
+    pub fn request_timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    pub(super) fn send(&self, input: Input) -> Result<()> {
         match self.inbox.try_send(input) {
             Ok(()) => Ok(()),
             Err(TrySendError::Full(_)) => Err(Error::TooManyRequests),
@@ -392,6 +418,7 @@ impl RaftLoop {
                 }
             }
             Input::ReadIndex { ctx } => self.raw.read_index(ctx.to_be_bytes().to_vec()),
+            Input::TransferLeader(to) => super::leadership::transfer(&mut self.raw, to),
             Input::Stop => return false,
         }
         true
@@ -472,7 +499,7 @@ impl Applier {
         for batch in committed {
             for mut e in batch {
                 if e.get_entry_type() == EntryType::EntryNormal && !e.get_data().is_empty() {
-                    self.apply_one(e.get_index(), e.take_data());
+                    self.apply_one(e.get_index(), e.get_term(), e.take_data());
                 }
                 // Empty entries (a new leader's first) and configuration
                 // changes (none yet) change nothing in the store.
@@ -482,10 +509,17 @@ impl Applier {
         }
     }
 
-    fn apply_one(&self, index: u64, data: Bytes) {
+    fn apply_one(&self, index: u64, term: u64, data: Bytes) {
         match entry::decode(data) {
             Ok(p) => {
-                let result = self.store.apply_replicated(p.entry);
+                // A term-checked entry (a lease revoke or checkpoint) that a
+                // later term committed was proposed by a deposed leader:
+                // every member sees the same terms, so every member refuses.
+                let result = if p.term != 0 && p.term != term {
+                    Err(Error::LeaderChanged)
+                } else {
+                    self.store.apply_replicated(p.entry)
+                };
                 if p.proposer == self.id {
                     self.waiters.finish(p.proposal, result);
                 }

@@ -2,26 +2,31 @@
 //! (`ephd.internal.RaftTransport`) on the peer listener, which hands each
 //! message to the Raft thread. The sending side is `peers.rs`.
 
+use super::lease_forward;
 use super::node::{Input, Node};
 use crate::proto::ephd::internal::{raft_transport_server::RaftTransport, RaftAck, RaftBatch};
+use crate::proto::etcdserverpb as pb;
 use crossbeam_channel::Sender;
 use protobuf::Message as _;
 use raft::prelude::Message;
+use std::sync::Arc;
 use tonic::{Request, Response, Status};
 
 /// The receiving side, served on the peer listener: hands each message to
-/// the Raft thread.
+/// the Raft thread, and answers what followers forward to the leader.
 pub struct PeerService {
     id: u64,
     inbox: Sender<Input>,
+    node: Arc<Node>,
 }
 
 impl PeerService {
     /// The service for `node`.
-    pub fn new(node: &Node) -> Self {
+    pub fn new(node: &Arc<Node>) -> Self {
         PeerService {
             id: node.id(),
             inbox: node.inbox(),
+            node: node.clone(),
         }
     }
 }
@@ -40,5 +45,23 @@ impl RaftTransport for PeerService {
             let _ = self.inbox.try_send(Input::Step(Box::new(m)));
         }
         Ok(Response::new(RaftAck {}))
+    }
+
+    async fn lease_keep_alive(
+        &self,
+        req: Request<pb::LeaseKeepAliveRequest>,
+    ) -> Result<Response<pb::LeaseKeepAliveResponse>, Status> {
+        lease_forward::serve_keep_alive(&self.node, req.into_inner().id)
+            .await
+            .map(Response::new)
+    }
+
+    async fn lease_time_to_live(
+        &self,
+        req: Request<pb::LeaseTimeToLiveRequest>,
+    ) -> Result<Response<pb::LeaseTimeToLiveResponse>, Status> {
+        lease_forward::serve_time_to_live(&self.node, req.into_inner())
+            .await
+            .map(Response::new)
     }
 }

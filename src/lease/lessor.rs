@@ -61,6 +61,9 @@ struct Lease {
     keys: HashSet<Bytes>,
     /// When the lease expires; `None` until the clock's owner arms it.
     deadline: Option<Instant>,
+    /// Cluster mode: the time left in the leader's last checkpoint of this
+    /// lease, in ms (`None`: the full TTL). A new leader resumes from it.
+    checkpoint_ms: Option<i64>,
 }
 
 struct Inner {
@@ -143,6 +146,7 @@ impl Lessor {
                 ttl,
                 keys: HashSet::new(),
                 deadline: None,
+                checkpoint_ms: None,
             },
         );
         inner.unarmed.push(id);
@@ -242,6 +246,7 @@ impl Lessor {
                 ttl,
                 keys: keys.into_iter().collect(),
                 deadline: Some(deadline),
+                checkpoint_ms: None,
             },
         );
         inner.deadlines.push(Reverse((deadline, id)));
@@ -297,6 +302,66 @@ impl Lessor {
     /// Whether no lease is granted.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    // --------------------------- cluster mode: checkpoints and leader change
+
+    /// Records the leader's checkpoint of a lease (apply path: no clock, so
+    /// every member records the same). Negative `remaining_ms` means the
+    /// full TTL: a keep-alive renewed the lease after a shorter checkpoint.
+    pub fn checkpoint(&self, id: i64, remaining_ms: i64) {
+        if let Some(lease) = self.inner.lock().leases.get_mut(&id) {
+            lease.checkpoint_ms = (remaining_ms >= 0).then_some(remaining_ms);
+        }
+    }
+
+    /// Whether a new leader would resume this lease from a checkpoint
+    /// shorter than its TTL: a keep-alive must then replicate a reset
+    /// before it is acknowledged, or a leader change could shorten it.
+    pub fn checkpointed(&self, id: i64) -> bool {
+        self.inner
+            .lock()
+            .leases
+            .get(&id)
+            .is_some_and(|l| l.checkpoint_ms.is_some())
+    }
+
+    /// Restarts every lease's countdown at `now` from its last checkpoint,
+    /// or from its full TTL when it has none (what a member does when it
+    /// becomes leader: its own timers never saw the keep-alives the
+    /// previous leader took).
+    pub fn promote(&self, now: Instant) {
+        let mut inner = self.inner.lock();
+        for lease in inner.leases.values_mut() {
+            let left = lease
+                .checkpoint_ms
+                .map_or(secs(lease.ttl), |ms| Duration::from_millis(ms as u64));
+            lease.deadline = Some(now + left);
+        }
+        let fresh: BinaryHeap<_> = inner
+            .leases
+            .iter()
+            .filter_map(|(id, l)| l.deadline.map(|d| Reverse((d, *id))))
+            .collect();
+        inner.deadlines = fresh;
+    }
+
+    /// (ID, milliseconds left) of every armed lease whose TTL is longer
+    /// than `longer_than`, for the leader's checkpoint: shorter leases lose
+    /// no more than their TTL to a leader change anyway.
+    pub fn remaining_for_checkpoint(&self, now: Instant, longer_than: Duration) -> Vec<(i64, i64)> {
+        let inner = self.inner.lock();
+        let mut out: Vec<(i64, i64)> = inner
+            .leases
+            .iter()
+            .filter(|(_, l)| secs(l.ttl) > longer_than)
+            .filter_map(|(id, l)| {
+                let left = l.deadline?.saturating_duration_since(now);
+                Some((*id, left.as_millis() as i64))
+            })
+            .collect();
+        out.sort_unstable();
+        out
     }
 
     /// IDs of leases whose deadline is at or before `now`, at most `max` of
@@ -450,5 +515,37 @@ mod tests {
             .unwrap();
         l.detach(3, &k("c"));
         assert_eq!(l.take_for_revoke(3), Ok(vec![k("a"), k("b")]));
+    }
+
+    #[test]
+    fn promote_resumes_from_the_checkpoint_or_the_full_ttl() {
+        let l = Lessor::new(LessorConfig::default());
+        let t0 = Instant::now();
+        l.grant(1, 100).unwrap();
+        l.grant(2, 100).unwrap();
+        l.grant(3, 3).unwrap();
+        l.arm_new(t0);
+        // The leader's checkpoint: 40 s left of lease 1, lease 2 renewed.
+        let at = t0 + Duration::from_secs(60);
+        let cps = l.remaining_for_checkpoint(at, Duration::from_secs(5));
+        assert_eq!(
+            cps,
+            vec![(1, 40_000), (2, 40_000)],
+            "short leases are left out"
+        );
+        l.checkpoint(1, 40_000);
+        l.checkpoint(2, 40_000);
+        l.checkpoint(2, -1);
+        assert!(l.checkpointed(1) && !l.checkpointed(2) && !l.checkpointed(3));
+        // A new leader, 2 s later: lease 1 from its checkpoint, the others
+        // from their full TTL; nothing expired early.
+        let promoted = at + Duration::from_secs(2);
+        l.promote(promoted);
+        assert_eq!(l.info(1, false, promoted).unwrap().remaining_ms, 40_000);
+        assert_eq!(l.info(2, false, promoted).unwrap().remaining_ms, 100_000);
+        assert_eq!(l.info(3, false, promoted).unwrap().remaining_ms, 3_000);
+        assert!(l.expired(promoted + Duration::from_secs(2), 10).is_empty());
+        assert_eq!(l.expired(promoted + Duration::from_secs(3), 10), vec![3]);
+        assert_eq!(l.expired(promoted + Duration::from_secs(40), 10), vec![1]);
     }
 }

@@ -96,6 +96,13 @@ impl Store {
                 let revision = self.revoke_lease(id)?;
                 Ok((Applied::LeaseRevoke { revision }, revision))
             }
+            Entry::LeaseCheckpoint { checkpoints } => {
+                for (id, remaining_ms) in checkpoints {
+                    self.lessor().checkpoint(id, remaining_ms);
+                }
+                let revision = self.current_revision();
+                Ok((Applied::LeaseCheckpoint { revision }, 0))
+            }
             Entry::Alarm {
                 action,
                 member_id,

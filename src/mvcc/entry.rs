@@ -37,6 +37,13 @@ pub enum Entry {
         /// The lease ID.
         id: i64,
     },
+    /// Cluster mode: the leader's view of how long leases have left, so
+    /// that a new leader resumes from it (see `Lessor::checkpoint`).
+    /// Changes no key and no revision.
+    LeaseCheckpoint {
+        /// (lease ID, milliseconds left; negative: the full TTL).
+        checkpoints: Vec<(i64, i64)>,
+    },
     /// Raise, clear or list alarms.
     Alarm {
         /// What to do.
@@ -74,6 +81,11 @@ pub enum Applied {
     /// Result of [`Entry::LeaseRevoke`]: the revision of the deletes, or the
     /// current one when the lease had no keys.
     LeaseRevoke {
+        /// The header revision.
+        revision: i64,
+    },
+    /// Result of [`Entry::LeaseCheckpoint`]: the current revision.
+    LeaseCheckpoint {
         /// The header revision.
         revision: i64,
     },

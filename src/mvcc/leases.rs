@@ -127,6 +127,29 @@ impl Store {
         applied
     }
 
+    /// Cluster mode, on becoming leader: every lease restarts its
+    /// countdown from the last checkpoint (or its full TTL).
+    pub fn lease_promote(&self, now: Instant) {
+        self.arm_new_leases();
+        self.lessor().promote(now);
+    }
+
+    /// Cluster mode: whether a keep-alive of this lease must replicate a
+    /// checkpoint reset before it is acknowledged.
+    pub fn lease_checkpointed(&self, id: i64) -> bool {
+        self.lessor().checkpointed(id)
+    }
+
+    /// Cluster mode: what the leader's checkpoint carries (see
+    /// `Lessor::remaining_for_checkpoint`).
+    pub fn lease_remaining_for_checkpoint(
+        &self,
+        now: Instant,
+        longer_than: std::time::Duration,
+    ) -> Vec<(i64, i64)> {
+        self.lessor().remaining_for_checkpoint(now, longer_than)
+    }
+
     /// Every lease with its remaining time, for persistence.
     pub fn leases_for_snapshot(&self) -> Vec<LeaseInfo> {
         self.lessor().all(false, Instant::now())

@@ -20,6 +20,7 @@ use crate::api::{
     AuthService, ClusterService, GrpcGoLimits, KvService, LeaseService, MaintenanceService,
     Overload, SendPreEncoded, ServerInfo, Shared, WatchService,
 };
+use crate::cluster::leadership::RequireLeaderLayer;
 use crate::cluster::{Node, PeerService, Proposer};
 use crate::config::{listen_addr, Config};
 use crate::metrics::{grpc::GrpcMetricsLayer, Metrics};
@@ -306,8 +307,13 @@ impl Server {
     ) -> Result<(), String> {
         let stop_tx = self.stop;
         let stop_rx = self.shared.stop.clone();
+        let handover = self.shared.proposer.node().cloned();
         tokio::spawn(async move {
             shutdown.await;
+            // A leader hands over first, while it still serves its peers.
+            if let Some(node) = handover {
+                crate::cluster::leadership::hand_over(&node).await;
+            }
             let _ = stop_tx.send(true);
         });
         let store = self.shared.store.clone();
@@ -404,6 +410,7 @@ impl Server {
             let router = tonic::transport::Server::builder()
                 .layer(GrpcMetricsLayer(shared.metrics.grpc.clone()))
                 .layer(GrpcGoLimits)
+                .layer(RequireLeaderLayer(shared.proposer.node().cloned()))
                 .layer(SendPreEncoded)
                 .max_concurrent_streams(Some(self.config.max_concurrent_streams))
                 .http2_keepalive_interval(

@@ -6,7 +6,6 @@
 use crate::api::Shared;
 use crate::cluster::{Node, Proposer};
 use crate::config::AutoCompaction;
-use crate::mvcc::Entry;
 use crate::mvcc::Store;
 use crate::persist;
 use std::collections::VecDeque;
@@ -244,15 +243,14 @@ pub(super) async fn expire_leases(shared: Shared) {
     let mut stop = shared.stop.clone();
     let mut tick = tokio::time::interval(EXPIRY_TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut rounds = crate::cluster::lease_forward::LeaderRounds::default();
     loop {
         tokio::select! {
             _ = tick.tick() => {}
             _ = crate::api::stopped(&mut stop) => return,
         }
         if let Some(node) = shared.proposer.node() {
-            if node.status().is_leader() {
-                propose_expiry(&shared, node).await;
-            }
+            crate::cluster::lease_forward::leader_round(&shared, node, &mut rounds).await;
             continue;
         }
         let s = shared.clone();
@@ -269,33 +267,6 @@ pub(super) async fn expire_leases(shared: Shared) {
         });
         if let Err(e) = revoked.await {
             tracing::error!(error = %e, "lease expiry task failed");
-        }
-    }
-}
-
-/// The leader's expiry round: a revoke proposed for each expired lease.
-async fn propose_expiry(shared: &Shared, node: &Node) {
-    for id in shared
-        .store
-        .expired_leases(Instant::now(), REVOKES_PER_TICK)
-    {
-        match node.propose(Entry::LeaseRevoke { id }).await {
-            Ok(_) => {
-                shared.metrics.lease_expired.inc();
-                tracing::debug!(lease = id, "lease expired");
-            }
-            // Revoked by a client meanwhile: nothing to do.
-            Err(e @ crate::error::Error::LeaseNotFound) => {
-                tracing::debug!(lease = id, error = %e, "expired lease already gone")
-            }
-            // Not committed (leadership lost, or slow): its deadline was
-            // handed out, so give it a fresh one, to be tried again then
-            // (by whichever member leads). A lease may outlive its TTL,
-            // never fall short of it.
-            Err(e) => {
-                shared.store.lease_keep_alive(id);
-                tracing::debug!(lease = id, error = %e, "expired lease not revoked yet");
-            }
         }
     }
 }

@@ -21,6 +21,9 @@ use ephd::proto::etcdserverpb::{
 };
 use tonic::transport::Channel;
 
+mod stock_cluster;
+pub use stock_cluster::StockEtcdCluster;
+
 /// How long a freshly spawned server may take to answer its first request.
 pub const START_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -341,6 +344,11 @@ impl ClusterMember {
     pub fn peer_port(&self) -> u16 {
         self.peer_port
     }
+
+    /// OS process id (to stop and continue it, as a frozen leader).
+    pub fn pid(&self) -> u32 {
+        self.process.child.id()
+    }
 }
 
 impl Server for ClusterMember {
@@ -423,6 +431,31 @@ impl EphdCluster {
     /// Kills member `i` with SIGKILL and waits for it to exit.
     pub fn kill(&mut self, i: usize) {
         drop(self.members[i].take());
+    }
+
+    /// Sends member `i` SIGTERM (what a kubelet or systemd sends) without
+    /// waiting; [`EphdCluster::reap`] waits for the exit.
+    #[allow(dead_code)]
+    pub fn terminate(&mut self, i: usize) {
+        let m = self.members[i].as_ref().expect("member running");
+        let rc = unsafe { libc::kill(m.process.child.id() as i32, libc::SIGTERM) };
+        assert_eq!(rc, 0, "kill(SIGTERM)");
+    }
+
+    /// Waits up to `limit` for member `i` to exit (after
+    /// [`EphdCluster::terminate`]); true when it exited cleanly. It is
+    /// removed from the running members either way (killed if it hung).
+    #[allow(dead_code)]
+    pub fn reap(&mut self, i: usize, limit: Duration) -> bool {
+        let mut m = self.members[i].take().expect("member running");
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = m.process.child.try_wait() {
+                return status.success();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
     }
 
     /// Every running member's log tail, for failure messages.

@@ -8,6 +8,7 @@ mod authority;
 mod cli;
 mod cluster;
 mod cluster_compaction;
+mod cluster_leader;
 mod cluster_tls;
 mod concurrency;
 mod config;

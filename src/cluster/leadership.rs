@@ -1,0 +1,283 @@
+//! Who leads, and what depends on it: MoveLeader (raft's leader transfer),
+//! handing leadership over on SIGTERM, and the `hasleader` metadata
+//! (clientv3's `WithRequireLeader`, which kube-apiserver puts on every
+//! watch).
+//!
+//! * MoveLeader answers as etcd 3.4 does: `etcdserver: not leader` on a
+//!   member that is not the leader, `etcdserver: bad leader transferee` for
+//!   an ID that is not a voting member, success at once for the current
+//!   leader, and `etcdserver: request timed out, leader transfer took too
+//!   long` when the target has not taken over within the request timeout.
+//! * On SIGTERM a leader hands leadership to its most caught-up peer before
+//!   it stops serving (etcd picks its longest-connected peer), so the others
+//!   need not wait an election timeout to notice it is gone.
+//! * A request with `hasleader: true` on a member without a leader fails at
+//!   once with `etcdserver: no leader` ([`RequireLeaderLayer`]); an open
+//!   Watch or LeaseKeepAlive stream with it ends with that error once the
+//!   member has been without a leader for three election timeouts
+//!   ([`leader_lost`]), so the client moves to another member.
+
+use super::node::{Input, Node};
+use crate::error::Error;
+use futures::future::{Either, Ready};
+use raft::storage::MemStorage;
+use raft::{RawNode, StateRole};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::sync::oneshot;
+use tonic::codegen::http;
+use tonic::{Code, Status};
+
+/// The metadata key clientv3's `WithRequireLeader` sets (etcd's
+/// `rpctypes.MetadataRequireLeaderKey`), and the value it sets.
+pub const REQUIRE_LEADER_KEY: &str = "hasleader";
+const REQUIRE_LEADER_VALUE: &[u8] = b"true";
+
+/// Election timeouts without a leader after which a `hasleader` stream is
+/// cancelled (etcd's `maxNoLeaderCnt`).
+const NO_LEADER_CHECKS: u32 = 3;
+
+/// How often MoveLeader and the SIGTERM hand-over look for the new leader.
+const TRANSFER_POLL: Duration = Duration::from_millis(10);
+
+/// etcd's answer on a member that is not the leader.
+pub(super) fn not_leader() -> Status {
+    Status::new(Code::FailedPrecondition, "etcdserver: not leader")
+}
+
+/// etcd's answer for a target that is not a voting member.
+fn bad_transferee() -> Status {
+    Status::new(
+        Code::FailedPrecondition,
+        "etcdserver: bad leader transferee",
+    )
+}
+
+/// etcd's answer when the target did not take over in time.
+fn transfer_timeout() -> Status {
+    Status::new(
+        Code::Unavailable,
+        "etcdserver: request timed out, leader transfer took too long",
+    )
+}
+
+/// On the Raft thread: starts a leader transfer to `to`, or to the voter
+/// whose log matches the leader's furthest when `to` is `None`. Raft
+/// ignores it on a follower, and aborts it after an election timeout.
+pub(super) fn transfer(raw: &mut RawNode<MemStorage>, to: Option<u64>) {
+    if raw.raft.state != StateRole::Leader {
+        return;
+    }
+    let me = raw.raft.id;
+    let target = to.or_else(|| {
+        raw.raft
+            .prs()
+            .iter()
+            .filter(|(id, _)| **id != me)
+            .max_by_key(|(id, p)| (p.matched, std::cmp::Reverse(**id)))
+            .map(|(id, _)| *id)
+    });
+    if let Some(target) = target {
+        tracing::info!(
+            from = %format_args!("{me:x}"),
+            to = %format_args!("{target:x}"),
+            "transferring leadership"
+        );
+        raw.transfer_leader(target);
+    }
+}
+
+/// Maintenance.MoveLeader on a cluster member (see the module docs).
+pub async fn move_leader(node: &Node, target: u64) -> Result<(), Status> {
+    let status = node.status();
+    if !status.is_leader() {
+        return Err(not_leader());
+    }
+    if !node.leases.is_voter(target) {
+        return Err(bad_transferee());
+    }
+    if target == node.id() {
+        // etcd waits until the leader is the target: it is already.
+        return Ok(());
+    }
+    node.send(Input::TransferLeader(Some(target)))
+        .map_err(crate::api::status)?;
+    if wait_for_leader(node, |l| l == target, node.request_timeout()).await {
+        Ok(())
+    } else {
+        Err(transfer_timeout())
+    }
+}
+
+/// Maintenance.MoveLeader on a single member, as a single-member etcd
+/// answers it: success for itself, `bad leader transferee` otherwise.
+pub fn move_leader_single(me: u64, target: u64) -> Result<(), Status> {
+    if target == me {
+        Ok(())
+    } else {
+        Err(bad_transferee())
+    }
+}
+
+/// On SIGTERM, before the member stops serving: a leader hands leadership
+/// to its most caught-up peer and waits (at most two election timeouts:
+/// raft gives a transfer up after one) until another member leads.
+pub async fn hand_over(node: &Node) {
+    if !node.status().is_leader() {
+        return;
+    }
+    let me = node.id();
+    if node.send(Input::TransferLeader(None)).is_err() {
+        return;
+    }
+    let bound = 2 * node.election_timeout();
+    if wait_for_leader(node, |l| l != me, bound).await {
+        tracing::info!(
+            leader = %format_args!("{:x}", node.status().leader().unwrap_or(0)),
+            "leadership handed over before stopping"
+        );
+    } else {
+        tracing::warn!(
+            waited_ms = bound.as_millis() as u64,
+            "leadership not handed over before stopping; the others elect a leader after an election timeout"
+        );
+    }
+}
+
+/// Waits until the known leader satisfies `done`, at most `bound`.
+async fn wait_for_leader(node: &Node, done: impl Fn(u64) -> bool, bound: Duration) -> bool {
+    let deadline = tokio::time::Instant::now() + bound;
+    loop {
+        if node.status().leader().is_some_and(&done) {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(TRANSFER_POLL).await;
+    }
+}
+
+/// Whether a request carries `hasleader: true`.
+pub fn requires_leader(headers: &http::HeaderMap) -> bool {
+    headers
+        .get(REQUIRE_LEADER_KEY)
+        .is_some_and(|v| v.as_bytes() == REQUIRE_LEADER_VALUE)
+}
+
+/// For a stream opened with `hasleader: true` on a cluster member: a
+/// receiver that completes once the member has had no leader at three
+/// checks one election timeout apart (etcd's `monitorLeader`). The
+/// checking task ends when the receiver is dropped.
+pub fn leader_lost(node: Option<&Arc<Node>>, metadata: &tonic::metadata::MetadataMap) -> Lost {
+    let Some(node) = node.filter(|_| requires_leader_md(metadata)) else {
+        return Lost(None);
+    };
+    let (tx, rx) = oneshot::channel();
+    let node = node.clone();
+    tokio::spawn(monitor(node, tx));
+    Lost(Some(rx))
+}
+
+fn requires_leader_md(metadata: &tonic::metadata::MetadataMap) -> bool {
+    metadata
+        .get(REQUIRE_LEADER_KEY)
+        .is_some_and(|v| v.as_bytes() == REQUIRE_LEADER_VALUE)
+}
+
+async fn monitor(node: Arc<Node>, mut tx: oneshot::Sender<()>) {
+    let mut misses = 0;
+    let mut tick = tokio::time::interval(node.election_timeout());
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = tx.closed() => return,
+        }
+        if node.status().leader().is_some() {
+            misses = 0;
+            continue;
+        }
+        misses += 1;
+        if misses >= NO_LEADER_CHECKS {
+            let _ = tx.send(());
+            return;
+        }
+    }
+}
+
+/// See [`leader_lost`]; never completes for a stream without `hasleader`
+/// or outside cluster mode.
+pub struct Lost(Option<oneshot::Receiver<()>>);
+
+impl Lost {
+    /// Completes when the stream must end with `etcdserver: no leader`.
+    /// Call it again only after it returned `false` (never, today).
+    pub async fn wait(&mut self) {
+        match &mut self.0 {
+            Some(rx) => {
+                if rx.await.is_err() {
+                    // The monitor ended without firing: wait forever.
+                    std::future::pending::<()>().await;
+                }
+            }
+            None => std::future::pending().await,
+        }
+    }
+
+    /// The status a cancelled stream ends with.
+    pub fn status() -> Status {
+        crate::api::status(Error::NoLeader)
+    }
+}
+
+/// Refuses, at once, every call with `hasleader: true` on a cluster member
+/// that knows no leader (etcd's unary and stream interceptors). Outside
+/// cluster mode (no node) it passes everything through.
+#[derive(Clone)]
+pub struct RequireLeaderLayer(pub Option<Arc<Node>>);
+
+impl<S> tower::Layer<S> for RequireLeaderLayer {
+    type Service = RequireLeader<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RequireLeader {
+            inner,
+            node: self.0.clone(),
+        }
+    }
+}
+
+/// The service [`RequireLeaderLayer`] builds.
+#[derive(Clone)]
+pub struct RequireLeader<S> {
+    inner: S,
+    node: Option<Arc<Node>>,
+}
+
+impl<S, B> tower::Service<http::Request<B>> for RequireLeader<S>
+where
+    S: tower::Service<http::Request<B>, Response = http::Response<tonic::body::Body>>,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = S::Error;
+    type Future = Either<S::Future, Ready<Result<Self::Response, S::Error>>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        let leaderless = self
+            .node
+            .as_ref()
+            .is_some_and(|n| n.status().leader().is_none());
+        if leaderless && requires_leader(req.headers()) {
+            let resp = Lost::status().into_http::<tonic::body::Body>();
+            return Either::Right(futures::future::ready(Ok(resp)));
+        }
+        Either::Left(self.inner.call(req))
+    }
+}
