@@ -17,7 +17,8 @@
 //	          once writes flow, and the caller kills the leader then writes a
 //	          line on stdin; the summary says which puts were acknowledged,
 //	          the errors, the longest gap between acknowledgements, and what
-//	          the watch saw
+//	          the watch saw; it writes until -duration after that line
+//	          (puts time out after 3 s, as a client with a short deadline)
 //	noleader  with one endpoint: a WithRequireLeader watch and, once the
 //	          caller has killed the other members and written a line on
 //	          stdin, how the watch ends and what a WithRequireLeader get
@@ -58,7 +59,7 @@ func fail(step string, err error) {
 func main() {
 	endpoints := flag.String("endpoints", "", "comma-separated client URLs of every member")
 	scenario := flag.String("scenario", "basic", "basic or failover")
-	duration := flag.Duration("duration", 6*time.Second, "failover: how long the writer writes")
+	duration := flag.Duration("duration", 6*time.Second, "failover: how long the writer goes on after the kill")
 	flag.Parse()
 	eps := strings.Split(*endpoints, ",")
 	cli, err := clientv3.New(clientv3.Config{
@@ -112,7 +113,7 @@ func basic(cli *clientv3.Client, eps []string) {
 	}
 	emit(map[string]interface{}{"step": "status", "endpoints": len(eps), "distinct_leaders": len(leaders)})
 
-	const n = 300
+	const n = 90
 	putErrors, getErrors, mismatches := 0, 0, 0
 	for i := 0; i < n; i++ {
 		key, val := fmt.Sprintf("basic/%04d", i), fmt.Sprintf("v%d", i)
@@ -158,7 +159,7 @@ func basic(cli *clientv3.Client, eps []string) {
 	defer wcancel()
 	start := all.Header.Revision + 1
 	wch := cli.Watch(wctx, "watch/", clientv3.WithPrefix(), clientv3.WithRev(start))
-	const w = 50
+	const w = 30
 	for i := 0; i < w; i++ {
 		ctx, cancel := timeout()
 		_, err := cli.Put(ctx, fmt.Sprintf("watch/%02d", i), "x")
@@ -215,14 +216,22 @@ func failover(cli *clientv3.Client, duration time.Duration) {
 	var mu sync.Mutex
 	killedAt := -1 // acknowledged puts when the caller said it killed
 	acked := 0
+	// Write until `duration` after the kill, and 40 s at most.
+	end := time.Now().Add(40 * time.Second)
 	go func() {
 		// The caller writes a line once it has killed the leader.
 		if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err == nil {
 			mu.Lock()
 			killedAt = acked
+			end = time.Now().Add(duration)
 			mu.Unlock()
 		}
 	}()
+	writing := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return time.Now().Before(end)
+	}
 
 	var failed []int
 	errs := map[string]int{}
@@ -230,12 +239,11 @@ func failover(cli *clientv3.Client, duration time.Duration) {
 	var lastRev int64
 	maxGap := time.Duration(0)
 	lastAck := time.Now()
-	end := time.Now().Add(duration)
 	attempted := 0
-	for i := 1; time.Now().Before(end); i++ {
+	for i := 1; writing(); i++ {
 		attempted++
 		key := fmt.Sprintf("fo/k%06d", i)
-		ctx, cancel := timeout()
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		resp, err := cli.Put(ctx, key, "v")
 		cancel()
 		if err != nil {
