@@ -8,7 +8,9 @@
 #   - promtool, Debian package `prometheus`, whose service is not started
 #     (scripts/install-promtool.sh; tests/it/metrics.rs runs etcd's alert
 #     rules with it),
-#   - protobuf-compiler + libprotobuf-dev (protoc and its well-known types).
+#   - protobuf-compiler + libprotobuf-dev (protoc and its well-known types),
+#   - Go 1.19 + etcd 3.4's clientv3 sources (scripts/install-go-client.sh;
+#     tests/it/go_client builds a driver on etcd's own Go client with them).
 # Before any test it runs the lint gates, each of which fails the run:
 #   - cargo fmt --all -- --check
 #   - cargo clippy --workspace --all-targets -- -D warnings
@@ -27,6 +29,8 @@ command -v promtool >/dev/null || {
   exit 1
 }
 
+bash scripts/install-go-client.sh
+
 install_protoc() {
   if command -v protoc >/dev/null 2>&1 && [ -e /usr/include/google/protobuf/descriptor.proto ]; then
     return 0
@@ -41,7 +45,7 @@ if [ -z "${PROTOC:-}" ]; then
   install_protoc
 fi
 
-echo "test.sh: $(etcd --version | head -n1); $(etcdctl version | head -n1); $(protoc --version 2>/dev/null || echo "PROTOC=${PROTOC:-}")"
+echo "test.sh: $(etcd --version | head -n1); $(etcdctl version | head -n1); $(protoc --version 2>/dev/null || echo "PROTOC=${PROTOC:-}"); $(/usr/lib/go-1.19/bin/go version)"
 cargo --version
 
 # Lint gates, before the tests so a formatting or clippy failure is reported

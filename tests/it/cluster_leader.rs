@@ -21,7 +21,8 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 
-use crate::harness::{connect_channel, ClusterMember, EphdCluster, Server, StockEtcdCluster};
+use crate::etcd_cluster::StockEtcdCluster;
+use crate::harness::{connect_channel, ClusterMember, EphdCluster, Server};
 use crate::support::{watch_req, within};
 
 /// Election timeout of these clusters (heartbeat a tenth of it).
@@ -481,8 +482,9 @@ async fn move_leader_answers(endpoints: &[String]) -> Vec<Result<(), (tonic::Cod
 /// three-member stock etcd answers them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn move_leader_answers_as_a_stock_etcd_cluster_does() {
-    let etcd = StockEtcdCluster::start(3);
-    let expected = move_leader_answers(&etcd.endpoints()).await;
+    let etcd = StockEtcdCluster::start(3, &[]);
+    let etcd_endpoints: Vec<String> = etcd.running().iter().map(|(_, m)| m.endpoint()).collect();
+    let expected = move_leader_answers(&etcd_endpoints).await;
     drop(etcd);
     let cluster = EphdCluster::start(3, TIMING);
     let got = move_leader_answers(&endpoints(&cluster)).await;

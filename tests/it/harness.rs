@@ -21,8 +21,6 @@ use ephd::proto::etcdserverpb::{
 };
 use tonic::transport::Channel;
 
-mod stock_cluster;
-pub use stock_cluster::StockEtcdCluster;
 
 /// How long a freshly spawned server may take to answer its first request.
 pub const START_TIMEOUT: Duration = Duration::from_secs(10);
@@ -58,14 +56,19 @@ pub fn free_port() -> u16 {
 
 /// A spawned server process whose stdout+stderr are captured (last
 /// `LOG_TAIL_BYTES`) so a failing test can show what the server said.
-struct ServerProcess {
+pub(crate) struct ServerProcess {
     what: &'static str,
     child: Child,
     log: Arc<Mutex<VecDeque<u8>>>,
 }
 
 impl ServerProcess {
-    fn spawn(what: &'static str, mut cmd: Command) -> ServerProcess {
+    /// OS process id, for tests that signal the server.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub(crate) fn spawn(what: &'static str, mut cmd: Command) -> ServerProcess {
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
@@ -80,7 +83,7 @@ impl ServerProcess {
         ServerProcess { what, child, log }
     }
 
-    fn logs(&self) -> String {
+    pub(crate) fn logs(&self) -> String {
         let log = self.log.lock().unwrap();
         let (a, b) = log.as_slices();
         let mut bytes = a.to_vec();
@@ -91,7 +94,7 @@ impl ServerProcess {
     /// Polls until `endpoint` answers a Status and a linearizable Range (i.e.
     /// it serves and, for etcd, has elected itself leader). Returns the error
     /// text if the process exited or `START_TIMEOUT` passed.
-    fn wait_ready(&mut self, endpoint: &str) -> Result<(), String> {
+    pub(crate) fn wait_ready(&mut self, endpoint: &str) -> Result<(), String> {
         let deadline = Instant::now() + START_TIMEOUT;
         let mut last_err = String::from("no attempt made");
         while Instant::now() < deadline {
@@ -345,9 +348,9 @@ impl ClusterMember {
         self.peer_port
     }
 
-    /// OS process id (to stop and continue it, as a frozen leader).
+    /// OS process id, for fault tests that pause (SIGSTOP) the member.
     pub fn pid(&self) -> u32 {
-        self.process.child.id()
+        self.process.pid()
     }
 }
 
@@ -469,7 +472,7 @@ impl EphdCluster {
 }
 
 /// Locates the stock etcd server binary on PATH; `None` when not installed.
-fn find_on_path(binary: &str) -> Option<PathBuf> {
+pub(crate) fn find_on_path(binary: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path)
         .map(|dir| dir.join(binary))
