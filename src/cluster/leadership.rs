@@ -281,3 +281,26 @@ where
         Either::Left(self.inner.call(req))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_hasleader_true_requires_a_leader() {
+        let mut h = http::HeaderMap::new();
+        assert!(!requires_leader(&h));
+        h.insert(REQUIRE_LEADER_KEY, http::HeaderValue::from_static("false"));
+        assert!(!requires_leader(&h));
+        h.insert(REQUIRE_LEADER_KEY, http::HeaderValue::from_static("true"));
+        assert!(requires_leader(&h));
+    }
+
+    #[test]
+    fn a_single_member_moves_leadership_only_to_itself() {
+        assert!(move_leader_single(7, 7).is_ok());
+        let s = move_leader_single(7, 8).unwrap_err();
+        assert_eq!(s.code(), Code::FailedPrecondition);
+        assert_eq!(s.message(), "etcdserver: bad leader transferee");
+    }
+}

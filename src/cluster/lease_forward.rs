@@ -9,6 +9,8 @@
 //!   were proposed in; the apply thread refuses one whose log entry has
 //!   another term (`etcdserver: leader changed`), on every member alike, so
 //!   a deposed leader's expiry decision never takes effect.
+//! * A checkpoint round and a renewal never overlap (a checkpoint read
+//!   before a renewal and applied after it would shorten the lease).
 //! * Checkpoints: every [`checkpoint_interval`] (five election timeouts) the
 //!   leader proposes the time left of every lease whose TTL is longer than
 //!   that interval. A member that becomes leader first catches up with the
@@ -65,6 +67,11 @@ pub struct LeaseForward {
     /// The term in which this member, as leader, restarted the countdowns
     /// (0: not in any term yet).
     promoted_term: AtomicU64,
+    /// Held by a checkpoint round from reading the time left until the
+    /// checkpoint is applied, and by a keep-alive while it renews: a
+    /// checkpoint read before a renewal can then never be applied after
+    /// it, which would shorten the renewed lease after a leader change.
+    checkpointing: tokio::sync::Mutex<()>,
 }
 
 impl LeaseForward {
@@ -81,6 +88,7 @@ impl LeaseForward {
             clients: Mutex::new(HashMap::new()),
             store,
             promoted_term: AtomicU64::new(0),
+            checkpointing: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -270,14 +278,20 @@ async fn keep_alive_as_leader(node: &Node, id: i64) -> Result<LeaseKeepAliveResp
         return Err(not_leader());
     }
     let store = &node.leases.store;
-    let renewed = store.lease_keep_alive(id);
-    if renewed.ttl > 0 && store.lease_checkpointed(id) {
+    let _no_checkpoint_in_flight = node.leases.checkpointing.lock().await;
+    if store.lease_checkpointed(id) {
+        // Replicated first, so the renewal below is as late as possible:
+        // its TTL counts from just before the answer.
         let reset = Entry::LeaseCheckpoint {
             checkpoints: vec![(id, -1)],
         };
         node.propose_in_term(reset, term).await.map_err(status)?;
     }
-    Ok(renewed)
+    let s = node.status();
+    if !s.is_leader() || s.term() != term {
+        return Err(not_leader());
+    }
+    Ok(store.lease_keep_alive(id))
 }
 
 /// The current term, once this member leads in it and has restarted the
@@ -344,6 +358,7 @@ pub async fn leader_round(shared: &Shared, node: &Node, rounds: &mut LeaderRound
         .is_none_or(|at| at.elapsed() >= interval)
     {
         rounds.last_checkpoint = Some(Instant::now());
+        let _renewals_wait = node.leases.checkpointing.lock().await;
         let all = store.lease_remaining_for_checkpoint(Instant::now(), interval);
         for chunk in all.chunks(CHECKPOINTS_PER_ENTRY) {
             let entry = Entry::LeaseCheckpoint {

@@ -217,13 +217,16 @@ async fn keep_alive_through_a_follower_survives_a_leader_kill_and_expiry_happens
     cluster.kill(leader);
     // Keep it alive through the follower for three TTLs across the change.
     let until = Instant::now() + Duration::from_secs(3 * TTL as u64);
+    // When the last acknowledged keep-alive was sent: the leader renewed
+    // it after that, so its TTL runs at least until then plus the TTL.
     let mut last_ack = Instant::now();
     while Instant::now() < until {
         tokio::time::sleep(Duration::from_secs(1)).await;
+        let sent = Instant::now();
         match ka.renew(id).await {
             Ok(ttl) => {
                 assert_eq!(ttl, TTL, "renewed with the full TTL");
-                last_ack = Instant::now();
+                last_ack = sent;
             }
             Err(s) => panic!(
                 "keep-alive through a follower during the leader change: {s:?}\n{}",
