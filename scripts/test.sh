@@ -8,7 +8,9 @@
 #   - promtool, Debian package `prometheus`, whose service is not started
 #     (scripts/install-promtool.sh; tests/it/metrics.rs runs etcd's alert
 #     rules with it),
-#   - protobuf-compiler + libprotobuf-dev (protoc and its well-known types).
+#   - protobuf-compiler + libprotobuf-dev (protoc and its well-known types),
+#   - etcd3gw from PyPI in a virtualenv (scripts/install-etcd3gw.sh;
+#     tests/it/gateway.rs drives ephd's JSON gateway with it).
 # Before any test it runs the lint gates, each of which fails the run:
 #   - cargo fmt --all -- --check
 #   - cargo clippy --workspace --all-targets -- -D warnings
@@ -26,6 +28,8 @@ command -v promtool >/dev/null || {
   echo "test.sh: promtool still missing after scripts/install-promtool.sh" >&2
   exit 1
 }
+
+bash scripts/install-etcd3gw.sh
 
 install_protoc() {
   if command -v protoc >/dev/null 2>&1 && [ -e /usr/include/google/protobuf/descriptor.proto ]; then

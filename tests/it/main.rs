@@ -13,6 +13,7 @@ mod differential;
 mod embed;
 mod etcdctl;
 mod exposure;
+mod gateway;
 mod harness;
 mod kubernetes;
 mod kv;
