@@ -200,10 +200,14 @@ async fn handle(
                 return ok(Body::from_stream(lines(route, messages)));
             }
             match messages.next().await {
-                Ok(Some(bytes)) => match json::to_json(route.response, &bytes) {
-                    Ok(text) => ok(Body::from(text)),
-                    Err(s) => error(&s),
-                },
+                // Read on to the trailers, so the call ends as completed
+                // (the metrics layer would count a dropped body Canceled).
+                Ok(Some(bytes)) => {
+                    match (messages.next().await, json::to_json(route.response, &bytes)) {
+                        (Err(s), _) | (_, Err(s)) => error(&s),
+                        (Ok(_), Ok(text)) => ok(Body::from(text)),
+                    }
+                }
                 Ok(None) => error(&Status::internal("gateway: the call returned no message")),
                 Err(s) => error(&s),
             }

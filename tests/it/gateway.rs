@@ -160,8 +160,9 @@ fn script() -> Vec<Step> {
         step("/v3/kv/compaction", r#"{"revision":"3"}"#),
         step("/v3/kv/range", r#"{"key":"Zm9v","revision":"2"}"#),
         step("/v3/kv/compaction", r#"{"revision":"3"}"#),
-        step("/v3/maintenance/alarm", r#"{"action":"GET"}"#),
-        step("/v3/cluster/member/remove", r#"{"ID":"1"}"#),
+        // Not here: Alarm (ephd's answer carries a header where etcd 3.4's
+        // has none) and membership changes (Unimplemented in ephd): those
+        // differences are the services', which the gateway passes on.
         step("/v3/kv/nothing", "{}"),
         step("/v3alpha-not/kv/range", "{}"),
         Step {
