@@ -39,10 +39,50 @@ fn message(name: &str) -> Result<prost_reflect::MessageDescriptor, Status> {
 /// answers it (HTTP 400).
 pub fn encode_value(name: &str, value: serde_json::Value) -> Result<Vec<u8>, Status> {
     let desc = message(name)?;
-    let options = DeserializeOptions::new().deny_unknown_fields(false);
+    let mut value = value;
+    drop_unknown_fields(&desc, &mut value);
+    // Unknown fields are gone; an unknown enum name is still an error.
+    let options = DeserializeOptions::new().deny_unknown_fields(true);
     let msg = DynamicMessage::deserialize_with_options(desc, value, &options)
         .map_err(|e| Status::invalid_argument(e.to_string()))?;
     Ok(msg.encode_to_vec())
+}
+
+/// Removes from `value` (a JSON message of type `desc`) every field the
+/// message does not have, at any depth: jsonpb ignores unknown fields but
+/// refuses unknown enum names, and prost-reflect's one switch covers both.
+fn drop_unknown_fields(desc: &prost_reflect::MessageDescriptor, value: &mut serde_json::Value) {
+    let serde_json::Value::Object(map) = value else {
+        return;
+    };
+    map.retain(|key, _| {
+        desc.get_field_by_name(key).is_some() || desc.get_field_by_json_name(key).is_some()
+    });
+    for (key, item) in map.iter_mut() {
+        let field = desc
+            .get_field_by_name(key)
+            .or_else(|| desc.get_field_by_json_name(key));
+        let Some(field) = field else { continue };
+        let prost_reflect::Kind::Message(inner) = field.kind() else {
+            continue;
+        };
+        if field.is_map() {
+            let value_field = inner.map_entry_value_field();
+            if let (prost_reflect::Kind::Message(v), serde_json::Value::Object(entries)) =
+                (value_field.kind(), &mut *item)
+            {
+                entries
+                    .values_mut()
+                    .for_each(|e| drop_unknown_fields(&v, e));
+            }
+        } else if let serde_json::Value::Array(items) = item {
+            items
+                .iter_mut()
+                .for_each(|e| drop_unknown_fields(&inner, e));
+        } else {
+            drop_unknown_fields(&inner, item);
+        }
+    }
 }
 
 /// The first JSON value of `body` read as message `name`, encoded; an
@@ -199,6 +239,15 @@ mod tests {
         assert_eq!(req.limit, 5);
         assert_eq!(req.sort_order, 2);
         assert_eq!(req.sort_target, 2);
+        // Unknown fields are ignored at any depth.
+        let txn = encode_body(
+            "etcdserverpb.TxnRequest",
+            br#"{"compare":[{"target":"VALUE","key":"Zm9v","x":1}],"success":[{"request_put":{"key":"Zm9v","y":{}}}],"z":[]}"#,
+        )
+        .unwrap();
+        let txn = pb::TxnRequest::decode(txn.as_slice()).unwrap();
+        assert_eq!(txn.compare.len(), 1);
+        assert_eq!(txn.success.len(), 1);
         let empty = encode_body("etcdserverpb.RangeRequest", b"  ").unwrap();
         assert!(empty.is_empty());
         for bad in [
@@ -206,6 +255,7 @@ mod tests {
             b"[]",
             br#"{"key":"!!"}"#,
             br#"{"count_only":"true"}"#,
+            br#"{"sort_order":"NOPE"}"#,
         ] {
             let err = encode_body("etcdserverpb.RangeRequest", bad).unwrap_err();
             assert_eq!(err.code(), tonic::Code::InvalidArgument, "{bad:?}");

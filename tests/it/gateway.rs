@@ -176,6 +176,15 @@ fn script() -> Vec<Step> {
             own_words: true,
         },
         Step {
+            path: "/v3/kv/txn",
+            body: r#"{"compare":[{"target":"NOPE","key":"Zm9v"}],"success":[{"request_put":{"key":"Zm9v","value":"eA=="}}]}"#,
+            own_words: true,
+        },
+        step(
+            "/v3/kv/txn",
+            r#"{"compare":[{"target":"VALUE","key":"Zm9v","value":"eA==","x":1}],"success":[{"request_put":{"key":"Zm9v","value":"eA==","y":{}}}],"z":[]}"#,
+        ),
+        Step {
             path: "/v3/kv/range",
             body: r#"{"key":"Zm9v","keys_only":"yes"}"#,
             own_words: true,

@@ -159,6 +159,36 @@ fn curl_recipes_from_etcds_documentation_work() {
         event["result"]["events"][0]["kv"]["value"], "YmF6",
         "{event}"
     );
+    // The watch ends with the client's connection: no stream is left over.
+    let streams = || {
+        let metrics = curl(&[&format!("{base}/metrics")]).body;
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("etcd_debugging_mvcc_watch_stream_total "))
+            .map(str::to_string)
+    };
+    assert_eq!(streams().as_deref(), Some("1"));
+    drop(watch);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while streams().as_deref() != Some("0") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the gateway's watch stream outlived its client"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Malformed JSON: a clear 400 with etcd's error body, nothing written.
+    let bad = post(&base, "/v3/kv/put", r#"{"key": "Zm9v", "value": "#);
+    assert_eq!(bad.status, 400, "{bad:?}");
+    assert_eq!(bad.json()["code"], 3, "{bad:?}");
+    let unknown_enum = post(
+        &base,
+        "/v3/kv/txn",
+        r#"{"compare":[{"target":"NOPE","key":"Zm9v"}],"success":[{"request_put":{"key":"Zm9v","value":"eA=="}}]}"#,
+    );
+    assert_eq!(unknown_enum.status, 400, "{unknown_enum:?}");
+    let after = post(&base, "/v3/kv/range", r#"{"key": "Zm9v"}"#).json();
+    assert_eq!(after["kvs"][0]["value"], "YmF6", "{after}");
     // Transaction: compare the value, then put.
     let txn = post(
         &base,
