@@ -28,7 +28,11 @@ fn main() -> io::Result<()> {
         Err(_) => {}
     }
 
+    // The descriptors of every message, so the JSON gateway (src/gateway)
+    // converts JSON to and from protobuf by name, as grpc-gateway does.
+    let out_dir = std::path::PathBuf::from(std::env::var_os("OUT_DIR").expect("OUT_DIR"));
     tonic_prost_build::configure()
+        .file_descriptor_set_path(out_dir.join("ephd_descriptors.bin"))
         .build_server(true)
         .build_client(true)
         // Decode every protobuf `bytes` field as `bytes::Bytes` (cheap clones).

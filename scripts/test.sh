@@ -10,7 +10,9 @@
 #     rules with it),
 #   - protobuf-compiler + libprotobuf-dev (protoc and its well-known types),
 #   - Go 1.19 + etcd 3.4's clientv3 sources (scripts/install-go-client.sh;
-#     tests/it/go_client builds a driver on etcd's own Go client with them).
+#     tests/it/go_client builds a driver on etcd's own Go client with them),
+#   - etcd3gw from PyPI in a virtualenv (scripts/install-etcd3gw.sh;
+#     tests/it/gateway.rs drives ephd's JSON gateway with it).
 # Before any test it runs the lint gates, each of which fails the run:
 #   - cargo fmt --all -- --check
 #   - cargo clippy --workspace --all-targets -- -D warnings
@@ -30,6 +32,7 @@ command -v promtool >/dev/null || {
 }
 
 bash scripts/install-go-client.sh
+bash scripts/install-etcd3gw.sh
 
 install_protoc() {
   if command -v protoc >/dev/null 2>&1 && [ -e /usr/include/google/protobuf/descriptor.proto ]; then

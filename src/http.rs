@@ -18,9 +18,20 @@ pub async fn serve(
     shared: Shared,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
+    if let Err(e) = axum::serve(listener, router(shared))
+        .with_graceful_shutdown(shutdown)
+        .await
+    {
+        tracing::error!(error = %e, "HTTP endpoint failed");
+    }
+}
+
+/// The endpoints' routes, served here on the metrics listener and by
+/// [`crate::gateway`] on the client listener.
+pub fn router(shared: Shared) -> Router {
     let metrics_shared = shared.clone();
     let health_shared = shared.clone();
-    let app = Router::new()
+    Router::new()
         .route(
             "/health",
             get(move |RawQuery(query): RawQuery| {
@@ -67,13 +78,7 @@ pub async fn serve(
                     )
                 }
             }),
-        );
-    if let Err(e) = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await
-    {
-        tracing::error!(error = %e, "HTTP endpoint failed");
-    }
+        )
 }
 
 /// The checks of `/livez`: only ephd's own process (its store answers a

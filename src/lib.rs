@@ -12,6 +12,8 @@
 //!             the Raft and apply threads, the peer transport (CLUSTER.md).
 //! wire.rs     etcd's wire requests ⇄ the core's, both ways.
 //! http.rs     /health, /livez, /readyz, /version, /metrics.
+//! gateway/    HTTP/1.1 on the client port: those endpoints and etcd's JSON
+//!             gateway, each call made in process as a gRPC call.
 //! watch/      watch streams: replay from the log, live delivery, progress.
 //! mvcc/       the store core: revisions, per-key history, Range/Txn/Compact,
 //!             leases, the change log, and the one write path (`Store::apply`).
@@ -38,6 +40,7 @@ pub mod cluster;
 pub mod config;
 pub mod embed;
 pub mod error;
+pub mod gateway;
 pub mod http;
 pub mod lease;
 pub mod logging;

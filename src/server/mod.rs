@@ -406,19 +406,8 @@ impl Server {
             tracing::info!(%addr, tls, "serving etcd v3 gRPC");
             let shared = self.shared.clone();
             let mut stop = stop_rx.clone();
-            // Metrics outermost: they see the status the other layers leave.
-            let router = tonic::transport::Server::builder()
-                .layer(GrpcMetricsLayer(shared.metrics.grpc.clone()))
-                .layer(GrpcGoLimits)
-                .layer(RequireLeaderLayer(shared.proposer.node().cloned()))
-                .layer(SendPreEncoded)
-                .max_concurrent_streams(Some(self.config.max_concurrent_streams))
-                .http2_keepalive_interval(
-                    Some(self.config.grpc_keepalive_interval).filter(|d| !d.is_zero()),
-                )
-                .http2_keepalive_timeout(
-                    Some(self.config.grpc_keepalive_timeout).filter(|d| !d.is_zero()),
-                )
+            let gateway_shared = shared.clone();
+            let grpc = tonic::service::Routes::default()
                 .add_service(
                     KvServer::new(KvService(shared.clone()))
                         .max_decoding_message_size(decode_limit)
@@ -437,6 +426,23 @@ impl Server {
                 .add_service(ClusterServer::new(ClusterService(shared.clone())))
                 .add_service(AuthServer::new(AuthService(shared)))
                 .add_service(health_service.clone());
+            // Metrics outermost: they see the status the other layers leave.
+            // HTTP/1.1 is accepted beside HTTP/2 for the endpoints and the
+            // JSON gateway (src/gateway), which share the port as on etcd.
+            let router = tonic::transport::Server::builder()
+                .layer(GrpcMetricsLayer(gateway_shared.metrics.grpc.clone()))
+                .layer(GrpcGoLimits)
+                .layer(RequireLeaderLayer(gateway_shared.proposer.node().cloned()))
+                .layer(SendPreEncoded)
+                .accept_http1(true)
+                .max_concurrent_streams(Some(self.config.max_concurrent_streams))
+                .http2_keepalive_interval(
+                    Some(self.config.grpc_keepalive_interval).filter(|d| !d.is_zero()),
+                )
+                .http2_keepalive_timeout(
+                    Some(self.config.grpc_keepalive_timeout).filter(|d| !d.is_zero()),
+                )
+                .add_routes(crate::gateway::client_routes(grpc, &gateway_shared));
             let incoming = accept::incoming(listener);
             let shutdown = async move {
                 crate::api::stopped(&mut stop).await;

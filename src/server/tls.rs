@@ -45,6 +45,9 @@ use tokio_rustls::{server::TlsStream, TlsAcceptor};
 /// The ALPN protocol gRPC clients ask for; grpc-go 1.67+ (kube-apiserver
 /// 1.33+) and rustls clients refuse servers that do not select it.
 const ALPN_H2: &[u8] = b"h2";
+/// The ALPN protocol of HTTP/1.1 clients (curl --http1.1, Python's
+/// urllib3): the JSON gateway and /health share the port (src/gateway).
+const ALPN_HTTP1: &[u8] = b"http/1.1";
 
 /// How long a TLS handshake may take. A peer that connects and never
 /// completes one would otherwise hold its descriptor until it goes away.
@@ -218,7 +221,7 @@ impl Files {
                 self.key.display()
             )
         })?;
-        config.alpn_protocols = vec![ALPN_H2.to_vec()];
+        config.alpn_protocols = vec![ALPN_H2.to_vec(), ALPN_HTTP1.to_vec()];
         Ok((
             config,
             Loaded {

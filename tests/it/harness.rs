@@ -21,7 +21,6 @@ use ephd::proto::etcdserverpb::{
 };
 use tonic::transport::Channel;
 
-
 /// How long a freshly spawned server may take to answer its first request.
 pub const START_TIMEOUT: Duration = Duration::from_secs(10);
 

@@ -18,6 +18,7 @@ mod embed;
 mod etcd_cluster;
 mod etcdctl;
 mod exposure;
+mod gateway;
 mod go_client;
 mod harness;
 mod kubernetes;

@@ -97,7 +97,7 @@ pub(crate) fn make_certs(dir: &Path) {
     issue(dir, "ca", "client", "client.ext", "client");
 }
 
-struct Killed(Child);
+pub(crate) struct Killed(Child);
 
 impl Drop for Killed {
     fn drop(&mut self) {
@@ -106,7 +106,7 @@ impl Drop for Killed {
     }
 }
 
-fn start_tls_ephd(dir: &Path, client_cert_auth: bool) -> (Killed, u16) {
+pub(crate) fn start_tls_ephd(dir: &Path, client_cert_auth: bool) -> (Killed, u16) {
     let port = free_port();
     let url = format!("https://127.0.0.1:{port}");
     let child = Command::new(env!("CARGO_BIN_EXE_ephd"))
