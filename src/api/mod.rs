@@ -11,6 +11,7 @@ mod lease;
 mod limits;
 mod maintenance;
 mod overload;
+mod snapshot;
 mod watch;
 
 pub use auth::AuthService;

@@ -29,6 +29,7 @@ mod restart;
 mod safety_net;
 mod slow_watch;
 mod smoke;
+mod snapshot;
 mod sorting;
 mod support;
 mod tls;
