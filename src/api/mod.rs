@@ -11,6 +11,7 @@ mod lease;
 mod limits;
 mod maintenance;
 mod overload;
+mod range_stream;
 mod snapshot;
 mod watch;
 

@@ -25,6 +25,7 @@ mod metrics;
 mod operations;
 mod overload;
 mod quota;
+mod range_stream;
 mod restart;
 mod safety_net;
 mod slow_watch;
