@@ -265,3 +265,45 @@ async fn a_restore_into_a_data_dir_becomes_its_first_generation() {
         .expect("count");
     assert_eq!(keys.count(), 10);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_compat_restores_at_the_files_revision_and_etcds_tools_refuse_the_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("backup.db");
+    let source = Ephd::start(&["--etcd-compat"]);
+    let mut client = connect_client(&source.endpoint()).await;
+    let saved_rev = fill(&mut client, 5, 10).await;
+    etcdctl_save(&source, &file);
+
+    let restored = Ephd::start(&["--etcd-compat", "--restore-snapshot", &arg(&file)]);
+    let mut client = connect_client(&restored.endpoint()).await;
+    let all = client
+        .get("key/", Some(GetOptions::new().with_prefix()))
+        .await
+        .expect("get");
+    assert_eq!(all.kvs().len(), 5);
+    assert_eq!(rev(all.header()), saved_rev, "as etcdctl snapshot restore");
+    let next = client.put("new", "v", None).await.expect("put");
+    assert_eq!(rev(next.header()), saved_rev + 1);
+
+    // Not etcd's database: its tools say so (README quotes these).
+    let status = cli::run(
+        &restored.endpoint(),
+        &["snapshot".to_string(), "status".to_string(), arg(&file)],
+        None,
+    );
+    assert_ne!(status.code, Some(0), "{status:?}");
+    assert!(status.stderr.contains("invalid database"), "{status:?}");
+    let restore = cli::run(
+        &restored.endpoint(),
+        &[
+            "snapshot".to_string(),
+            "restore".to_string(),
+            arg(&file),
+            format!("--data-dir={}", arg(&dir.path().join("etcd"))),
+        ],
+        None,
+    );
+    assert_ne!(restore.code, Some(0), "{restore:?}");
+    assert!(restore.stderr.contains("expected sha256"), "{restore:?}");
+}
