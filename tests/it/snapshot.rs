@@ -307,3 +307,57 @@ async fn etcd_compat_restores_at_the_files_revision_and_etcds_tools_refuse_the_f
     assert_ne!(restore.code, Some(0), "{restore:?}");
     assert!(restore.stderr.contains("expected sha256"), "{restore:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_cluster_member_snapshots_its_applied_state_and_streams_ranges() {
+    use ephd::proto::etcdserverpb::{kv_client::KvClient, RangeRequest};
+    let cluster = crate::harness::EphdCluster::start(
+        3,
+        &["--heartbeat-interval=50", "--election-timeout=500"],
+    );
+    let members: Vec<_> = cluster.running().into_iter().map(|(_, m)| m).collect();
+    let mut first = connect_client(&members[0].endpoint()).await;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while first.put("replicated", "v", None).await.is_err() {
+        assert!(Instant::now() < deadline, "no leader elected");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for m in &members {
+        // A linearizable RangeStream on any member sees the write at once.
+        let channel = crate::harness::connect_channel(&m.endpoint()).await;
+        let mut stream = KvClient::new(channel)
+            .range_stream(RangeRequest {
+                key: b"replicated".to_vec().into(),
+                ..Default::default()
+            })
+            .await
+            .expect("range_stream")
+            .into_inner();
+        let last = stream.message().await.expect("message").expect("one");
+        let got = last.range_response.expect("range_response");
+        assert_eq!(got.count, 1, "{}", m.endpoint());
+        assert_eq!(got.kvs[0].value.as_ref(), b"v");
+
+        // Its snapshot holds what it has applied (the write, once there).
+        let mut client = connect_client(&m.endpoint()).await;
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let mut stream = client.snapshot().await.expect("snapshot");
+            let mut bytes = Vec::new();
+            while let Some(msg) = stream.message().await.expect("message") {
+                bytes.extend_from_slice(msg.blob());
+            }
+            let snap = ephd::persist::decode_in_memory(&bytes, ephd::persist::wall_clock_ms())
+                .expect("intact");
+            if snap.kvs.iter().any(|kv| kv.key.as_ref() == b"replicated") {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} never applied it",
+                m.endpoint()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
