@@ -361,3 +361,46 @@ async fn each_cluster_member_snapshots_its_applied_state_and_streams_ranges() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_go_on_while_a_snapshot_streams_and_stay_out_of_it() {
+    let server = Ephd::start(&[]);
+    let mut client = connect_client(&server.endpoint()).await;
+    let saved_rev = fill(&mut client, 500, 10_000).await;
+    let mut stream = client.snapshot().await.expect("snapshot");
+    let mut bytes = stream
+        .message()
+        .await
+        .expect("message")
+        .expect("first")
+        .blob()
+        .to_vec();
+    // The stream is open and unread: writes are not held up by it.
+    let mut writer = connect_client(&server.endpoint()).await;
+    for i in 0..20 {
+        tokio::time::timeout(
+            Duration::from_secs(5),
+            writer.put(format!("during/{i}"), "x", None),
+        )
+        .await
+        .expect("a write during the snapshot is not held up")
+        .expect("put");
+    }
+    while let Some(msg) = stream.message().await.expect("message") {
+        bytes.extend_from_slice(msg.blob());
+    }
+    let snap =
+        ephd::persist::decode_in_memory(&bytes, ephd::persist::wall_clock_ms()).expect("intact");
+    assert_eq!(snap.revision, saved_rev, "the revision it was taken at");
+    assert!(
+        !snap.kvs.iter().any(|kv| kv.key.starts_with(b"during/")),
+        "later writes are not in it"
+    );
+    assert_eq!(
+        snap.kvs
+            .iter()
+            .filter(|kv| kv.key.starts_with(b"key/"))
+            .count(),
+        500
+    );
+}
