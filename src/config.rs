@@ -88,6 +88,15 @@ pub struct Config {
     #[arg(long, env = "EPHD_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
 
+    /// Start from this snapshot file (what `etcdctl snapshot save` wrote
+    /// from an ephd, or a generation from a `--data-dir`), all of it or
+    /// not at all: a damaged file refuses the start. Revisions continue
+    /// above the file's as after any restart. With `--data-dir` the
+    /// directory must hold no snapshot yet; the restored state is written
+    /// to it at once, so later starts continue from the directory.
+    #[arg(long, env = "EPHD_RESTORE_SNAPSHOT")]
+    pub restore_snapshot: Option<PathBuf>,
+
     /// How often to write a snapshot when `--data-dir` is set (one is also
     /// written on SIGTERM/SIGINT); 0 writes only on shutdown. A crash loses
     /// the writes since the last snapshot.

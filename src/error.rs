@@ -95,8 +95,6 @@ pub enum Error {
     /// MemberAdd, MemberRemove, MemberUpdate, MemberPromote: ephd is always
     /// a single member.
     MembershipUnsupported,
-    /// Maintenance.Snapshot.
-    SnapshotUnsupported,
     /// Maintenance.MoveLeader: there is no other member.
     MoveLeaderUnsupported,
     /// Maintenance.Downgrade.
@@ -127,7 +125,6 @@ impl Error {
             Error::Corrupt => Code::DataLoss,
             Error::AuthUnsupported
             | Error::MembershipUnsupported
-            | Error::SnapshotUnsupported
             | Error::MoveLeaderUnsupported
             | Error::DowngradeUnsupported => Code::Unimplemented,
         }
@@ -165,7 +162,6 @@ impl Error {
             Error::MembershipUnsupported => {
                 "ephd: membership changes are not supported (ephd runs as a single member)"
             }
-            Error::SnapshotUnsupported => "ephd: snapshots are not supported yet",
             Error::MoveLeaderUnsupported => "ephd: there is no other member to move leadership to",
             Error::DowngradeUnsupported => "ephd: downgrade is not supported",
         }
@@ -335,11 +331,6 @@ mod tests {
                 Error::MembershipUnsupported,
                 Code::Unimplemented,
                 "ephd: membership changes are not supported (ephd runs as a single member)",
-            ),
-            (
-                Error::SnapshotUnsupported,
-                Code::Unimplemented,
-                "ephd: snapshots are not supported yet",
             ),
             (
                 Error::MoveLeaderUnsupported,

@@ -13,7 +13,7 @@ fn count_shed(metrics: &crate::metrics::Metrics, s: &Status) {
     }
 }
 
-/// Serves Range, Put, DeleteRange, Txn and Compact.
+/// Serves Range, RangeStream, Put, DeleteRange, Txn and Compact.
 pub struct KvService(pub Shared);
 
 #[tonic::async_trait]
@@ -63,6 +63,17 @@ impl Kv for KvService {
         let mut out = Response::new(pb::RangeResponse::default());
         out.extensions_mut().insert(pre);
         Ok(out)
+    }
+
+    type RangeStreamStream = super::range_stream::RangeStreamOut;
+
+    async fn range_stream(
+        &self,
+        req: Request<pb::RangeRequest>,
+    ) -> Result<Response<Self::RangeStreamStream>, Status> {
+        super::range_stream::start(&self.0, req.into_inner())
+            .await
+            .map(Response::new)
     }
 
     async fn put(&self, req: Request<pb::PutRequest>) -> Result<Response<pb::PutResponse>, Status> {

@@ -1,20 +1,17 @@
 //! The Maintenance service: status, alarms (kept by the store core, see
-//! `mvcc/alarms.rs`), hashes. There is no disk, so defragmentation has
-//! nothing to do.
+//! `mvcc/alarms.rs`), hashes, snapshots (`snapshot.rs`). There is no disk,
+//! so defragmentation has nothing to do.
 
+use super::snapshot::SnapshotOut;
 use super::{status, Shared, ETCD_VERSION};
 use crate::error::Error;
 use crate::mvcc::{AlarmAction, AlarmMember};
 use crate::proto::etcdserverpb::{self as pb, maintenance_server::Maintenance};
-use futures::Stream;
-use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use tonic::{Request, Response, Status};
 
-/// Serves Status, Alarm, Defragment, Hash and HashKV.
+/// Serves Status, Alarm, Defragment, Hash, HashKV and Snapshot.
 pub struct MaintenanceService(pub Shared);
-
-type SnapshotOut = Pin<Box<dyn Stream<Item = Result<pb::SnapshotResponse, Status>> + Send>>;
 
 #[tonic::async_trait]
 impl Maintenance for MaintenanceService {
@@ -133,7 +130,8 @@ impl Maintenance for MaintenanceService {
         &self,
         _r: Request<pb::SnapshotRequest>,
     ) -> Result<Response<SnapshotOut>, Status> {
-        Err(status(Error::SnapshotUnsupported))
+        // In cluster mode this is the member's own applied state.
+        super::snapshot::stream(self.0.store.clone()).map(Response::new)
     }
 
     async fn move_leader(

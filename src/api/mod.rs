@@ -11,6 +11,8 @@ mod lease;
 mod limits;
 mod maintenance;
 mod overload;
+mod range_stream;
+mod snapshot;
 mod watch;
 
 pub use auth::AuthService;

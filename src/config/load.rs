@@ -148,6 +148,13 @@ where
                 .to_string(),
         ));
     }
+    if cluster.is_some() && config.restore_snapshot.is_some() {
+        return Err(LoadError::Invalid(
+            "--restore-snapshot is refused in cluster mode: cluster members start empty and \
+             take every write from the Raft log (restore a single ephd instead)"
+                .to_string(),
+        ));
+    }
     config.cluster = cluster;
     notices.extend(warnings.into_iter().map(Notice::Warn));
     Ok(Loaded { config, notices })

@@ -74,6 +74,7 @@ pub const METHODS: &[(&str, &str, RpcType)] = {
     use RpcType::*;
     &[
         ("etcdserverpb.KV", "Range", Unary),
+        ("etcdserverpb.KV", "RangeStream", ServerStream),
         ("etcdserverpb.KV", "Put", Unary),
         ("etcdserverpb.KV", "DeleteRange", Unary),
         ("etcdserverpb.KV", "Txn", Unary),

@@ -25,6 +25,7 @@
 
 mod alarms;
 mod apply;
+mod chunk;
 mod compact;
 mod compare;
 mod entry;
@@ -49,6 +50,7 @@ mod write;
 mod tests;
 
 pub use alarms::{ALARM_CORRUPT, ALARM_NONE, ALARM_NOSPACE};
+pub use chunk::{RangeChunk, KV_OVERHEAD};
 pub use entry::{Applied, Entry};
 pub use log::{EventLog, LoggedEvent};
 pub use stats::Stats;

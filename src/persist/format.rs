@@ -21,6 +21,16 @@ pub(super) const KIND_META: u8 = 1;
 pub(super) const KIND_KV: u8 = 2;
 pub(super) const KIND_LEASE: u8 = 3;
 pub(super) const KIND_END: u8 = 0xff;
+/// A record of zeros right before the end record, sized so that the whole
+/// file is 32 bytes more than a multiple of 512 bytes. `etcdctl snapshot
+/// save` refuses a stream of any other length: it expects etcd's database
+/// (whole 512-byte multiples) followed by a 32-byte SHA-256. Only streamed
+/// snapshots carry it.
+pub(super) const KIND_PAD: u8 = 4;
+/// The length etcdctl accepts: `len % ALIGN_BLOCK == ALIGN_REST`.
+pub(super) const ALIGN_BLOCK: u64 = 512;
+/// See [`ALIGN_BLOCK`].
+pub(super) const ALIGN_REST: u64 = 32;
 /// Largest record accepted when reading (a corrupt length must not make us
 /// allocate gigabytes). A key-value is at most `--max-request-bytes`.
 const MAX_RECORD: u32 = 64 << 20;
@@ -90,12 +100,15 @@ pub(super) fn frame(kind: u8, payload: &[u8]) -> ([u8; 8], Vec<u8>) {
 }
 
 /// Encodes a whole snapshot (format 2) into `w`; returns the bytes written.
+/// With `align`, a padding record makes the length one `etcdctl snapshot
+/// save` accepts (see [`KIND_PAD`]).
 pub(super) fn encode(
     w: &mut impl Write,
     revision: i64,
     written_unix_ms: i64,
     kvs: &[Kv],
     leases: &[LeaseInfo],
+    align: bool,
 ) -> io::Result<u64> {
     let mut d = Digesting {
         inner: w,
@@ -122,6 +135,11 @@ pub(super) fn encode(
         d.record(KIND_LEASE, &rec.encode_to_vec())?;
         records += 1;
     }
+    if align {
+        let pad = pad_len(d.bytes, records + 1, &d.crc)?;
+        d.record(KIND_PAD, &vec![0u8; pad])?;
+        records += 1;
+    }
     let end = End {
         records,
         digest: d.crc.clone().finalize(),
@@ -129,6 +147,32 @@ pub(super) fn encode(
     };
     d.record(KIND_END, &end.encode_to_vec())?;
     Ok(d.bytes)
+}
+
+/// The payload length of the padding record that makes the file's length
+/// `ALIGN_REST` modulo `ALIGN_BLOCK`, given the bytes and checksum before
+/// it and the record count including it. The end record's length depends
+/// on the checksum it carries, so candidates are tried in turn.
+fn pad_len(before: u64, records: u64, crc: &crc32fast::Hasher) -> io::Result<usize> {
+    let zeros = [0u8; 4 * ALIGN_BLOCK as usize];
+    for pad in 0..zeros.len() {
+        let (head, body) = frame(KIND_PAD, &zeros[..pad]);
+        let mut crc = crc.clone();
+        crc.update(&head);
+        crc.update(&body);
+        let bytes = before + (head.len() + body.len()) as u64;
+        let end = End {
+            records,
+            digest: crc.finalize(),
+            bytes,
+        };
+        let (end_head, end_body) = frame(KIND_END, &end.encode_to_vec());
+        let total = bytes + (end_head.len() + end_body.len()) as u64;
+        if total % ALIGN_BLOCK == ALIGN_REST {
+            return Ok(pad);
+        }
+    }
+    Err(io::Error::other("no padding aligns the snapshot"))
 }
 
 /// Reads the snapshot at `path`, all or nothing: any damage is an error that
@@ -273,9 +317,19 @@ pub(super) fn decode(r: impl Read, now_unix_ms: i64) -> Result<Restored, ReadErr
     // hostile file); that must read as damaged data, not overflow.
     let downtime = now_unix_ms.saturating_sub(meta.written_unix_ms).max(0);
     let mut n = 1u64;
+    let mut padded = false;
     loop {
         let (kind, payload) = r.record(n)?;
+        if padded && kind != KIND_END {
+            return Err(r.damaged(format!("record {n} follows the padding record")));
+        }
         match kind {
+            KIND_PAD => {
+                if payload.iter().any(|b| *b != 0) {
+                    return Err(r.damaged(format!("record {n}: padding that is not zeros")));
+                }
+                padded = true;
+            }
             KIND_KV => {
                 let kv = mvccpb::KeyValue::decode(payload.as_slice())
                     .map_err(|e| r.damaged(decode_err(n, "key-value", e)))?;

@@ -76,7 +76,7 @@ pub fn write(
 ) -> io::Result<Written> {
     let name = generation_name(revision);
     let bytes = write_atomically(dir, &name, TMP_FILE, |w| {
-        format::encode(w, revision, now_unix_ms, kvs, leases)
+        format::encode(w, revision, now_unix_ms, kvs, leases, false)
     })?;
     // Pruning is best effort: the new generation is safely in place, and a
     // generation left behind is removed by a later write.

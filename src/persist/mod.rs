@@ -12,7 +12,12 @@
 //! wall-clock time written) first, the key-values in strictly ascending key
 //! order, the leases, and an end record carrying the number of records
 //! before it, the CRC-32 of every byte before it and that byte count.
-//! Nothing may follow the end record.
+//! Nothing may follow the end record. A snapshot streamed to a client
+//! (Maintenance.Snapshot) has one more record right before the end record:
+//! zeros sized so that the file is 32 bytes over a multiple of 512, the only
+//! length `etcdctl snapshot save` accepts (it expects etcd's page-sized
+//! database and a SHA-256 after it); a reader refuses padding that is not
+//! zeros or is followed by anything but the end record.
 //!
 //! Reading is all or nothing: a record failing its checksum, a length out
 //! of range, a file cut short, a count or whole-file checksum that does not
@@ -118,9 +123,44 @@ pub fn encode_in_memory(
     leases: &[crate::lease::LeaseInfo],
 ) -> Vec<u8> {
     let mut out = Vec::new();
-    format::encode(&mut out, revision, written_unix_ms, kvs, leases)
+    format::encode(&mut out, revision, written_unix_ms, kvs, leases, false)
         .expect("writing to memory cannot fail");
     out
+}
+
+/// Writes a whole snapshot (the current format) to `w` as [`write`] puts it
+/// in a file, plus the padding record that gives it a length `etcdctl
+/// snapshot save` accepts; returns the bytes written. Maintenance.Snapshot
+/// streams it to a client through a writer that cuts it into messages, so a
+/// saved snapshot is read by the same reader as `--data-dir`'s files.
+pub fn encode_to(
+    w: &mut impl io::Write,
+    revision: i64,
+    written_unix_ms: i64,
+    kvs: &[crate::mvcc::Kv],
+    leases: &[crate::lease::LeaseInfo],
+) -> io::Result<u64> {
+    format::encode(w, revision, written_unix_ms, kvs, leases, true)
+}
+
+/// The size [`encode_to`] will write for the same arguments, found by
+/// encoding into nothing: Maintenance.Snapshot reports the bytes still to
+/// come in every message, as etcd does, before it has encoded them.
+pub fn encoded_len(
+    revision: i64,
+    written_unix_ms: i64,
+    kvs: &[crate::mvcc::Kv],
+    leases: &[crate::lease::LeaseInfo],
+) -> u64 {
+    format::encode(
+        &mut io::sink(),
+        revision,
+        written_unix_ms,
+        kvs,
+        leases,
+        true,
+    )
+    .expect("writing to a sink cannot fail")
 }
 
 /// Reads a snapshot from memory with the same all-or-nothing reader as

@@ -2,8 +2,8 @@
 //! are kept, pruned and moved aside by the rules in the module docs.
 
 use super::format::{
-    self, frame, End, LeaseRecord, Meta, KIND_END, KIND_KV, KIND_LEASE, KIND_META, MAGIC_V1,
-    MAGIC_V2,
+    self, frame, End, LeaseRecord, Meta, ALIGN_BLOCK, ALIGN_REST, KIND_END, KIND_KV, KIND_LEASE,
+    KIND_META, KIND_PAD, MAGIC_V1, MAGIC_V2,
 };
 use super::*;
 use crate::lease::LeaseInfo;
@@ -47,7 +47,7 @@ pub(super) fn sample() -> (Vec<Kv>, Vec<LeaseInfo>) {
 fn encoded(revision: i64) -> Vec<u8> {
     let (kvs, leases) = sample();
     let mut out = Vec::new();
-    let n = format::encode(&mut out, revision, NOW, &kvs, &leases).unwrap();
+    let n = format::encode(&mut out, revision, NOW, &kvs, &leases, false).unwrap();
     assert_eq!(n as usize, out.len());
     out
 }
@@ -281,4 +281,39 @@ fn the_legacy_format_is_read_with_the_same_strictness() {
     let mut trailing = v1.clone();
     trailing.extend_from_slice(b"x");
     damaged(decode(&trailing));
+}
+
+#[test]
+fn a_streamed_snapshot_is_padded_to_the_length_etcdctl_accepts() {
+    for keys in 0..40 {
+        let kvs: Vec<Kv> = (0..keys)
+            .map(|i| kv(&format!("key/{i:03}"), 2 + i as i64, 0))
+            .collect();
+        let leases = vec![lease(7, 59_000)];
+        let mut out = Vec::new();
+        let n = format::encode(&mut out, 100, NOW, &kvs, &leases, true).unwrap();
+        assert_eq!(n as usize, out.len());
+        assert_eq!(out.len() as u64 % ALIGN_BLOCK, ALIGN_REST, "{keys} keys");
+        let r = decode(&out).unwrap();
+        assert_eq!(r.kvs.len(), keys);
+        assert_eq!(r.leases.len(), 1);
+    }
+}
+
+#[test]
+fn padding_must_be_zeros_and_come_last() {
+    let not_zeros = assemble(MAGIC_V2, &[meta(5), (KIND_PAD, vec![0, 1])], true);
+    assert!(damaged(decode(&not_zeros)).contains("padding that is not zeros"));
+    let not_last = assemble(
+        MAGIC_V2,
+        &[meta(5), (KIND_PAD, vec![0; 3]), kv_record("a", 2)],
+        true,
+    );
+    assert!(damaged(decode(&not_last)).contains("follows the padding record"));
+    let fine = assemble(
+        MAGIC_V2,
+        &[meta(5), kv_record("a", 2), (KIND_PAD, vec![])],
+        true,
+    );
+    assert_eq!(decode(&fine).unwrap().kvs.len(), 1);
 }

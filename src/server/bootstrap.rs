@@ -1,6 +1,7 @@
 //! What happens before the server serves: the newest readable snapshot
 //! restored, the start revision chosen, kube-apiserver's compaction key
-//! created, and the revision state written.
+//! created, and the revision state written. `--restore-snapshot` (see
+//! `restore.rs`) takes the place of the data directory's generations.
 //!
 //! # Recovery rules (`--data-dir`)
 //! * The newest snapshot generation that reads intact is restored, all of
@@ -180,12 +181,19 @@ pub(super) fn build_store(
 ) -> Result<Boot, String> {
     let continuity = config.revision_continuity;
     let strict = config.strict_restore || !continuity;
-    let (recovery, prev) = match &config.data_dir {
-        Some(dir) => (
+    let (recovery, prev) = match (&config.restore_snapshot, &config.data_dir) {
+        (Some(file), dir) => (
+            super::restore::from_file(file, dir.as_deref(), wall_ms)?,
+            match dir {
+                Some(dir) => read_state(dir, strict, wall_ms)?,
+                None => None,
+            },
+        ),
+        (None, Some(dir)) => (
             recover_snapshots(dir, strict, wall_ms)?,
             read_state(dir, strict, wall_ms)?,
         ),
-        None => (Recovery::default(), None),
+        (None, None) => (Recovery::default(), None),
     };
     let restored = recovery.restored.as_ref().map(|(_, r)| r);
     let key_restored = restored.is_some_and(|r| {
@@ -260,6 +268,17 @@ pub(super) fn build_store(
             format!(
                 "cannot write the revision state {}: {e}",
                 dir.join(persist::STATE_FILE).display()
+            )
+        })?;
+    }
+    if let (Some(dir), Some(_)) = (&guard.dir, &config.restore_snapshot) {
+        // The restored state becomes the directory's first generation, so
+        // a restart continues from it and not from the file again.
+        let (rev, kvs) = store.live_kvs();
+        persist::write(dir, rev, &kvs, &store.leases_for_snapshot(), wall_ms).map_err(|e| {
+            format!(
+                "cannot write the restored snapshot to {}: {e}",
+                dir.display()
             )
         })?;
     }

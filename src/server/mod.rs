@@ -5,6 +5,7 @@
 mod accept;
 mod bootstrap;
 pub mod memory;
+mod restore;
 pub mod revisions;
 mod tasks;
 mod tls;
