@@ -351,5 +351,7 @@ async fn sessions_need_a_granted_lease_even_where_puts_adopt_unknown_ones() {
     assert!(keys_under(&mut c, "adopt/").await.is_empty());
     // A plain put still adopts it (unchanged behaviour).
     let opts = etcd_client::PutOptions::new().with_lease(unknown);
-    within("put", c.put("adopted", "v", Some(opts))).await.unwrap();
+    within("put", c.put("adopted", "v", Some(opts)))
+        .await
+        .unwrap();
 }

@@ -304,13 +304,12 @@ impl Target {
     /// An Observe stream across a proclaim, a resign, a time without leader
     /// and the next campaign.
     async fn observe(&mut self, l1: i64, l2: i64) -> Vec<String> {
-        let mut stream = within(
-            "observe",
-            self.election.observe(LeaderRequest { name: "o".into() }),
-        )
-        .await
-        .unwrap()
-        .into_inner();
+        // etcd sends an Observe stream's headers with its first message
+        // (ephd at once), so the call completes only once there is a leader.
+        let mut observer = self.election.clone();
+        let call =
+            tokio::spawn(async move { observer.observe(LeaderRequest { name: "o".into() }).await });
+        tokio::time::sleep(Duration::from_millis(200)).await;
         let camp = |lease, value: &str| CampaignRequest {
             name: "o".into(),
             lease,
@@ -320,8 +319,8 @@ impl Target {
         // observer looks (before or after it) does not change the answer.
         let mut seen = Vec::new();
         macro_rules! next {
-            () => {{
-                let msg = within("observed", stream.message()).await.unwrap();
+            ($stream:expr) => {{
+                let msg = within("observed", $stream.message()).await.unwrap();
                 let mut msg = msg.expect("an Observe message");
                 header(&mut msg.header);
                 seen.push(format!(
@@ -336,20 +335,21 @@ impl Target {
             .await
             .unwrap()
             .into_inner();
-        next!();
+        let mut stream = within("observe", call).await.unwrap().unwrap().into_inner();
+        next!(stream);
         let leader = won.leader.unwrap();
         let proclaim = ProclaimRequest {
             leader: Some(leader.clone()),
             value: "b".into(),
         };
         self.election.proclaim(proclaim).await.unwrap();
-        next!();
+        next!(stream);
         let resign = ResignRequest {
             leader: Some(leader),
         };
         self.election.resign(resign).await.unwrap();
         self.election.campaign(camp(l1, "c")).await.unwrap();
-        next!();
+        next!(stream);
         seen
     }
 }
