@@ -126,7 +126,7 @@ async fn contending_clients_exclude_each_other() {
                     .unwrap();
                 inside.fetch_sub(1, Ordering::SeqCst);
                 // Half the rounds unlock, the others revoke the session.
-                if n % 2 == 0 {
+                if n.is_multiple_of(2) {
                     c.unlock(locked.key()).await.expect("unlock");
                 } else {
                     c.lease_revoke(lease).await.expect("revoke");
