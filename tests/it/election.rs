@@ -87,11 +87,19 @@ async fn observe_follows_values_and_successive_leaders() {
     let endpoint = server.endpoint();
     let mut c = connect_client(&endpoint).await;
     let (a, b) = (grant(&mut c, 60).await, grant(&mut c, 60).await);
+    // Observing starts before there is a leader. (etcd sends the stream's
+    // headers only with its first message, so the call completes then.)
     let mut watcher = patient_client(&endpoint).await;
-    let mut stream = within("observe", watcher.observe("svc")).await.unwrap();
+    let call = tokio::spawn(async move {
+        let stream = watcher.observe("svc").await;
+        (watcher, stream)
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
     let won = within("campaign", c.campaign("svc", "a1", a))
         .await
         .unwrap();
+    let (_watcher, stream) = within("observe", call).await.unwrap();
+    let mut stream = stream.unwrap();
     let leader = won.leader().unwrap().clone();
     assert_eq!(
         observed(&mut stream).await,
