@@ -355,3 +355,52 @@ async fn sessions_need_a_granted_lease_even_where_puts_adopt_unknown_ones() {
         .await
         .unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locks_and_elections_span_a_cluster() {
+    let timing = ["--heartbeat-interval=50", "--election-timeout=500"];
+    let cluster = crate::harness::EphdCluster::start(3, &timing);
+    let endpoint = |i: usize| cluster.member(i).unwrap().endpoint();
+    let mut clients = Vec::new();
+    for i in 0..3 {
+        clients.push(patient_client(&endpoint(i)).await);
+    }
+    // Grants succeed once a leader is elected.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut leases = Vec::new();
+    while leases.len() < 2 {
+        match within("grant", clients[0].lease_grant(60, None)).await {
+            Ok(g) => leases.push(g.id()),
+            Err(e) => {
+                assert!(Instant::now() < deadline, "no leader: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+    let opts = |l: i64| Some(LockOptions::new().with_lease(l));
+    // Held through member 0; a waiter through member 1; released through
+    // member 2.
+    let held = within("lock", clients[0].lock("span", opts(leases[0])))
+        .await
+        .unwrap();
+    let waiter = tokio::spawn({
+        let mut c = clients[1].clone();
+        let lease = leases[1];
+        async move { c.lock("span", opts(lease)).await }
+    });
+    let mut both = vec![lock_key("span", leases[0]), lock_key("span", leases[1])];
+    both.sort();
+    wait_keys(&mut clients[2], "span/", &both).await;
+    assert!(!waiter.is_finished(), "the lock is held");
+    within("unlock", clients[2].unlock(held.key()))
+        .await
+        .unwrap();
+    let got = within("lock after unlock", waiter).await.unwrap().unwrap();
+    assert_eq!(got.key(), lock_key("span", leases[1]).as_bytes());
+    // An election campaigned through one member is seen from another.
+    within("campaign", clients[1].campaign("vote", "m1", leases[1]))
+        .await
+        .unwrap();
+    let leader = within("leader", clients[2].leader("vote")).await.unwrap();
+    assert_eq!(leader.kv().unwrap().value(), b"m1");
+}
