@@ -360,6 +360,19 @@ async fn lock_and_election_answer_as_stock_etcd() {
     let ours = ephd(&[]);
     let want = Target::new(&etcd).await.run().await;
     let got = Target::new(&ours).await.run().await;
+    // The script reaches every answer it is meant to compare.
+    let all = want.join("\n");
+    for landmark in [
+        "lock unknown lease: ERR Unknown etcdserver: requested lease not found",
+        "unlock empty: ERR Unknown etcdserver: key is not provided",
+        "leader none: ERR Unknown election: no leader",
+        "proclaim wrong rev: ERR Unknown election: not leader",
+        "proclaim no leader: ERR Unknown \"leader\" field must be provided",
+        "lock lease 0: LockResponse",
+        "key: b\"o/L0\"",
+    ] {
+        assert!(all.contains(landmark), "{landmark:?} missing from:\n{all}");
+    }
     assert_eq!(want.len(), got.len());
     let diffs: Vec<String> = want
         .iter()
