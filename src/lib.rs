@@ -10,6 +10,8 @@
 //! cluster/    cluster mode: the `Proposer` every mutation goes through (the
 //!             store itself for a single member, the Raft log otherwise),
 //!             the Raft and apply threads, the peer transport (CLUSTER.md).
+//! concurrency/ etcd's mutex and election recipes for the Lock and Election
+//!             services: KV ops through the `Proposer`, waits on the watch hub.
 //! wire.rs     etcd's wire requests ⇄ the core's, both ways.
 //! http.rs     /health, /livez, /readyz, /version, /metrics.
 //! gateway/    HTTP/1.1 on the client port: those endpoints and etcd's JSON
@@ -26,7 +28,8 @@
 //! logging.rs  `--logger` (zap's JSON lines or text) and `--log-outputs`.
 //! proto.rs    etcd's wire format, generated from `proto/`.
 //! ```
-//! Dependencies run one way: `server` → `api` → `cluster` → `watch` →
+//! Dependencies run one way: `server` → `api` → (`concurrency` →)
+//! `cluster` → `watch` →
 //! `mvcc` → `lease` → `error`; `api` and `cluster` both convert requests
 //! with `wire.rs`, so a replicated request means what a served one does. A request flows `api` → `mvcc::Store::apply` (writes) or
 //! `mvcc::Store::range` (reads) → the change log → `watch` streams. Nothing
@@ -37,6 +40,7 @@
 
 pub mod api;
 pub mod cluster;
+pub mod concurrency;
 pub mod config;
 pub mod embed;
 pub mod error;

@@ -6,9 +6,11 @@
 mod auth;
 mod cluster;
 mod convert;
+mod election;
 mod kv;
 mod lease;
 mod limits;
+mod lock;
 mod maintenance;
 mod overload;
 mod range_stream;
@@ -17,9 +19,11 @@ mod watch;
 
 pub use auth::AuthService;
 pub use cluster::ClusterService;
+pub use election::ElectionService;
 pub use kv::KvService;
 pub use lease::LeaseService;
 pub use limits::GrpcGoLimits;
+pub use lock::LockService;
 pub use maintenance::MaintenanceService;
 pub use overload::{Overload, PreEncoded, ResponsePermit, SendPreEncoded};
 pub use watch::WatchService;

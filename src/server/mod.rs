@@ -18,8 +18,8 @@ pub use revisions::{start_revision, COMPACT_REV_KEY};
 use tasks::{auto_compact, expire_leases, snapshot_loop, write_snapshot, CompactionPolicy};
 
 use crate::api::{
-    AuthService, ClusterService, GrpcGoLimits, KvService, LeaseService, MaintenanceService,
-    Overload, SendPreEncoded, ServerInfo, Shared, WatchService,
+    AuthService, ClusterService, ElectionService, GrpcGoLimits, KvService, LeaseService,
+    LockService, MaintenanceService, Overload, SendPreEncoded, ServerInfo, Shared, WatchService,
 };
 use crate::cluster::leadership::RequireLeaderLayer;
 use crate::cluster::{Node, PeerService, Proposer};
@@ -31,6 +31,8 @@ use crate::proto::etcdserverpb::{
     auth_server::AuthServer, cluster_server::ClusterServer, kv_server::KvServer,
     lease_server::LeaseServer, maintenance_server::MaintenanceServer, watch_server::WatchServer,
 };
+use crate::proto::v3electionpb::election_server::ElectionServer;
+use crate::proto::v3lockpb::lock_server::LockServer;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -425,6 +427,8 @@ impl Server {
                 )
                 .add_service(MaintenanceServer::new(MaintenanceService(shared.clone())))
                 .add_service(ClusterServer::new(ClusterService(shared.clone())))
+                .add_service(LockServer::new(LockService::new(shared.clone())))
+                .add_service(ElectionServer::new(ElectionService::new(shared.clone())))
                 .add_service(AuthServer::new(AuthService(shared)))
                 .add_service(health_service.clone());
             // Metrics outermost: they see the status the other layers leave.
