@@ -13,6 +13,7 @@
 //! wire.rs     etcd's wire requests ⇄ the core's, both ways.
 //! http.rs     /health, /livez, /readyz, /version, /metrics.
 //! watch/      watch streams: replay from the log, live delivery, progress.
+//! auth/       users, roles, permissions, tokens (etcd's auth).
 //! mvcc/       the store core: revisions, per-key history, Range/Txn/Compact,
 //!             leases, the change log, and the one write path (`Store::apply`).
 //! lease/      the lease table and its timers; knows nothing of revisions.
@@ -34,6 +35,7 @@
 #![warn(missing_docs)]
 
 pub mod api;
+pub mod auth;
 pub mod cluster;
 pub mod config;
 pub mod embed;

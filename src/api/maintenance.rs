@@ -94,16 +94,18 @@ impl Maintenance for MaintenanceService {
 
     async fn defragment(
         &self,
-        _r: Request<pb::DefragmentRequest>,
+        r: Request<pb::DefragmentRequest>,
     ) -> Result<Response<pb::DefragmentResponse>, Status> {
+        super::authz::require_root(&self.0, &r)?;
         // Nothing to defragment in memory; etcd's answer carries no header.
         Ok(Response::new(pb::DefragmentResponse { header: None }))
     }
 
     async fn hash(
         &self,
-        _r: Request<pb::HashRequest>,
+        r: Request<pb::HashRequest>,
     ) -> Result<Response<pb::HashResponse>, Status> {
+        super::authz::require_root(&self.0, &r)?;
         let Shared { store, info, .. } = &self.0;
         let (hash, _, rev) = store.hash_kv(0).map_err(status)?;
         Ok(Response::new(pb::HashResponse {
@@ -116,6 +118,7 @@ impl Maintenance for MaintenanceService {
         &self,
         r: Request<pb::HashKvRequest>,
     ) -> Result<Response<pb::HashKvResponse>, Status> {
+        super::authz::require_root(&self.0, &r)?;
         let Shared { store, info, .. } = &self.0;
         let (hash, compact_revision, hash_revision) =
             store.hash_kv(r.into_inner().revision).map_err(status)?;
@@ -131,15 +134,17 @@ impl Maintenance for MaintenanceService {
 
     async fn snapshot(
         &self,
-        _r: Request<pb::SnapshotRequest>,
+        r: Request<pb::SnapshotRequest>,
     ) -> Result<Response<SnapshotOut>, Status> {
+        super::authz::require_root(&self.0, &r)?;
         Err(status(Error::SnapshotUnsupported))
     }
 
     async fn move_leader(
         &self,
-        _r: Request<pb::MoveLeaderRequest>,
+        r: Request<pb::MoveLeaderRequest>,
     ) -> Result<Response<pb::MoveLeaderResponse>, Status> {
+        super::authz::require_root(&self.0, &r)?;
         Err(status(Error::MoveLeaderUnsupported))
     }
 

@@ -29,9 +29,10 @@ impl Watch for WatchService {
         &self,
         req: Request<Streaming<pb::WatchRequest>>,
     ) -> Result<Response<WatchOut>, Status> {
+        let creds = super::authz::Credentials::of(&req);
         let inbound = req.into_inner();
         let (tx, rx) = mpsc::channel(16);
-        tokio::spawn(run(self.0.clone(), inbound, tx));
+        tokio::spawn(run(self.0.clone(), inbound, tx, creds));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 }
@@ -39,7 +40,12 @@ impl Watch for WatchService {
 type Tx = mpsc::Sender<Result<pb::WatchResponse, Status>>;
 
 /// The per-stream loop. Returns when the client goes away.
-async fn run(shared: Shared, mut inbound: Streaming<pb::WatchRequest>, tx: Tx) {
+async fn run(
+    shared: Shared,
+    mut inbound: Streaming<pb::WatchRequest>,
+    tx: Tx,
+    creds: super::authz::Credentials,
+) {
     let store = shared.store.clone();
     let mut stop = shared.stop.clone();
     let _stream_gauge = GaugeGuard::new(&shared.metrics.watch_streams, 1);
@@ -63,7 +69,15 @@ async fn run(shared: Shared, mut inbound: Streaming<pb::WatchRequest>, tx: Tx) {
         }
         let outs = tokio::select! {
             msg = inbound.message() => match msg {
-                Ok(Some(req)) => handle(&shared, &mut ws, req),
+                Ok(Some(req)) => match denied(&shared, &creds, &req) {
+                    Some(refusal) => {
+                        if tx.send(Ok(refusal)).await.is_err() {
+                            return;
+                        }
+                        Vec::new()
+                    }
+                    None => handle(&shared, &mut ws, req),
+                },
                 Ok(None) => return,
                 Err(status) => {
                     // An oversized or malformed request ends the stream with
@@ -89,6 +103,18 @@ async fn run(shared: Shared, mut inbound: Streaming<pb::WatchRequest>, tx: Tx) {
         if !send_all(&shared, &tx, outs).await {
             return;
         }
+    }
+}
+
+/// etcd's refusal of a watch create the stream's user may not read.
+fn denied(
+    shared: &Shared,
+    creds: &super::authz::Credentials,
+    req: &pb::WatchRequest,
+) -> Option<pb::WatchResponse> {
+    match &req.request_union {
+        Some(RequestUnion::CreateRequest(c)) => creds.watch_denied(shared, c),
+        _ => None,
     }
 }
 

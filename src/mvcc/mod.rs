@@ -25,6 +25,7 @@
 
 mod alarms;
 mod apply;
+mod authorize;
 mod compact;
 mod compare;
 mod entry;

@@ -1,0 +1,108 @@
+//! Auth on the write path: what a request made while auth was enabled may
+//! do, checked where it applies (etcd's auth applier), and how an auth
+//! change itself applies. The rules of users, roles and permissions are
+//! the auth module's; this file says which permission each kind of entry
+//! needs, with etcd 3.4's choices (a txn needs READ for every compare and
+//! range and WRITE for every put and delete, nested txns included; a
+//! lease revoke needs WRITE on every key attached to the lease; a put or
+//! delete asking for `prev_kv` needs READ too).
+
+use super::entry::{Applied, Entry};
+use super::store::Store;
+use super::types::*;
+use crate::auth::{AuthInfo, AuthOp, PermKind};
+use crate::error::Result;
+
+impl Store {
+    /// Checks that `by` may apply `entry`.
+    pub(super) fn authorize(&self, by: &AuthInfo, entry: &Entry) -> Result<()> {
+        let auth = self.auth();
+        match entry {
+            Entry::Put(r) => {
+                if r.prev_kv {
+                    auth.check(by, PermKind::Read, &r.key, &[])?;
+                }
+                auth.check(by, PermKind::Write, &r.key, &[])
+            }
+            Entry::Delete(r) => {
+                auth.check(by, PermKind::Write, &r.key, &r.range_end)?;
+                if r.prev_kv {
+                    auth.check(by, PermKind::Read, &r.key, &r.range_end)?;
+                }
+                Ok(())
+            }
+            Entry::Txn(t) => self.authorize_txn(by, t),
+            Entry::LeaseRevoke { id } => {
+                for key in self.lessor().keys(*id) {
+                    auth.check(by, PermKind::Write, &key, &[])?;
+                }
+                Ok(())
+            }
+            Entry::Auth(AuthOp::Authenticate { .. }) => Ok(()),
+            Entry::Auth(_) => auth.check_admin(Some(by)),
+            // etcd 3.4 checks no permission for these.
+            Entry::Compact { .. }
+            | Entry::LeaseGrant { .. }
+            | Entry::Alarm { .. }
+            | Entry::Authorized { .. } => Ok(()),
+        }
+    }
+
+    fn authorize_txn(&self, by: &AuthInfo, t: &TxnRequest) -> Result<()> {
+        let auth = self.auth();
+        for op in t.success.iter().chain(&t.failure) {
+            match op {
+                RequestOp::Range(r) => auth.check(by, PermKind::Read, &r.key, &r.range_end)?,
+                RequestOp::Put(p) => auth.check(by, PermKind::Write, &p.key, &[])?,
+                RequestOp::Delete(d) => auth.check(by, PermKind::Write, &d.key, &d.range_end)?,
+                RequestOp::Txn(inner) => self.authorize_txn(by, inner)?,
+                RequestOp::Empty => {}
+            }
+        }
+        for c in &t.compare {
+            auth.check(by, PermKind::Read, &c.key, &c.range_end)?;
+        }
+        Ok(())
+    }
+
+    /// An auth change made while auth was disabled: if auth is enabled by
+    /// now, it fails as a request without a token does (Authenticate needs
+    /// no check).
+    pub(super) fn authorize_plain_auth(&self, op: &AuthOp) -> Result<()> {
+        match op {
+            AuthOp::Authenticate { .. } => Ok(()),
+            _ => self.auth().check_admin(None),
+        }
+    }
+
+    /// Applies an auth change; it takes no revision of the key space.
+    pub(super) fn apply_auth(&self, op: &AuthOp) -> Result<()> {
+        let _writers = self.range_writers().read();
+        self.check_running()?;
+        self.auth().apply(op)?;
+        if !matches!(op, AuthOp::Authenticate { .. }) {
+            tracing::info!(op = ?op, auth_revision = self.auth().revision(), "auth changed");
+        }
+        self.stats().applied();
+        Ok(())
+    }
+
+    /// The result of an auth entry.
+    pub(super) fn auth_applied(&self) -> Applied {
+        Applied::Auth {
+            revision: self.current_revision(),
+        }
+    }
+
+    /// Applies `entry` on behalf of `by` (auth enabled), single member.
+    pub async fn apply_as_async(&self, by: AuthInfo, entry: Entry) -> Result<Applied> {
+        let applied = self
+            .apply_async(Entry::Authorized {
+                by,
+                entry: Box::new(entry),
+            })
+            .await?;
+        self.arm_new_leases();
+        Ok(applied)
+    }
+}
