@@ -23,7 +23,7 @@ impl AuthService {
         req: &Request<T>,
         op: AuthOp,
     ) -> Result<Option<pb::ResponseHeader>, Status> {
-        let by = authz::caller(&self.0, req)?;
+        let by = authz::caller(&self.0, req).await?;
         self.propose(by, op).await
     }
 
@@ -56,12 +56,12 @@ impl AuthService {
     }
 
     /// etcd's rule for reading users and roles: `root`, or `allowed`.
-    fn may_read<T>(
+    async fn may_read<T>(
         &self,
         req: &Request<T>,
         allowed: impl FnOnce(&AuthInfo) -> bool,
     ) -> Result<(), Status> {
-        let Some(by) = authz::caller(&self.0, req)? else {
+        let Some(by) = authz::caller(&self.0, req).await? else {
             return Ok(());
         };
         match self.0.store.auth().check_admin(Some(&by)) {
@@ -133,7 +133,7 @@ impl Auth for AuthService {
         &self,
         req: Request<pb::AuthUserAddRequest>,
     ) -> Result<Response<pb::AuthUserAddResponse>, Status> {
-        let by = authz::caller(&self.0, &req)?;
+        let by = authz::caller(&self.0, &req).await?;
         let r = req.into_inner();
         let no_password = r.options.is_some_and(|o| o.no_password);
         let password_hash = if no_password || r.name.is_empty() {
@@ -154,7 +154,7 @@ impl Auth for AuthService {
         req: Request<pb::AuthUserGetRequest>,
     ) -> Result<Response<pb::AuthUserGetResponse>, Status> {
         let name = req.get_ref().name.clone();
-        self.may_read(&req, |by| by.user == name)?;
+        self.may_read(&req, |by| by.user == name).await?;
         let roles = self.0.store.auth().user_roles(&name).map_err(status)?;
         Ok(Response::new(pb::AuthUserGetResponse {
             header: self.header(),
@@ -166,7 +166,7 @@ impl Auth for AuthService {
         &self,
         req: Request<pb::AuthUserListRequest>,
     ) -> Result<Response<pb::AuthUserListResponse>, Status> {
-        self.may_read(&req, |_| false)?;
+        self.may_read(&req, |_| false).await?;
         Ok(Response::new(pb::AuthUserListResponse {
             header: self.header(),
             users: self.0.store.auth().user_names(),
@@ -186,7 +186,7 @@ impl Auth for AuthService {
         &self,
         req: Request<pb::AuthUserChangePasswordRequest>,
     ) -> Result<Response<pb::AuthUserChangePasswordResponse>, Status> {
-        let by = authz::caller(&self.0, &req)?;
+        let by = authz::caller(&self.0, &req).await?;
         let r = req.into_inner();
         let password_hash = Some(self.hash(r.password).await?);
         let op = AuthOp::UserChangePassword {
@@ -234,7 +234,8 @@ impl Auth for AuthService {
     ) -> Result<Response<pb::AuthRoleGetResponse>, Status> {
         let role = req.get_ref().role.clone();
         let auth = self.0.store.auth();
-        self.may_read(&req, |by| auth.has_role(&by.user, &role))?;
+        self.may_read(&req, |by| auth.has_role(&by.user, &role))
+            .await?;
         let perm = auth.role_perms(&role).map_err(status)?;
         Ok(Response::new(pb::AuthRoleGetResponse {
             header: self.header(),
@@ -246,7 +247,7 @@ impl Auth for AuthService {
         &self,
         req: Request<pb::AuthRoleListRequest>,
     ) -> Result<Response<pb::AuthRoleListResponse>, Status> {
-        self.may_read(&req, |_| false)?;
+        self.may_read(&req, |_| false).await?;
         Ok(Response::new(pb::AuthRoleListResponse {
             header: self.header(),
             roles: self.0.store.auth().role_names(),

@@ -22,7 +22,7 @@ impl Kv for KvService {
         &self,
         req: Request<pb::RangeRequest>,
     ) -> Result<Response<pb::RangeResponse>, Status> {
-        let by = authz::caller(&self.0, &req)?;
+        let by = authz::caller(&self.0, &req).await?;
         let req = req.into_inner();
         let Shared {
             store,
@@ -68,7 +68,7 @@ impl Kv for KvService {
     }
 
     async fn put(&self, req: Request<pb::PutRequest>) -> Result<Response<pb::PutResponse>, Status> {
-        let by = authz::caller(&self.0, &req)?;
+        let by = authz::caller(&self.0, &req).await?;
         let req = req.into_inner();
         let Shared {
             store,
@@ -91,7 +91,7 @@ impl Kv for KvService {
         &self,
         req: Request<pb::DeleteRangeRequest>,
     ) -> Result<Response<pb::DeleteRangeResponse>, Status> {
-        let by = authz::caller(&self.0, &req)?;
+        let by = authz::caller(&self.0, &req).await?;
         let req = req.into_inner();
         let Shared {
             store,
@@ -111,7 +111,7 @@ impl Kv for KvService {
     }
 
     async fn txn(&self, req: Request<pb::TxnRequest>) -> Result<Response<pb::TxnResponse>, Status> {
-        let by = authz::caller(&self.0, &req)?;
+        let by = authz::caller(&self.0, &req).await?;
         let req = req.into_inner();
         let Shared {
             store,
@@ -136,7 +136,7 @@ impl Kv for KvService {
     ) -> Result<Response<pb::CompactionResponse>, Status> {
         // etcd 3.4 checks no permission for a compaction, only that a
         // token, if given, is valid.
-        authz::caller(&self.0, &req)?;
+        authz::caller(&self.0, &req).await?;
         let req = req.into_inner();
         let Shared {
             store,

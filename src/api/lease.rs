@@ -22,7 +22,7 @@ impl Lease for LeaseService {
     ) -> Result<Response<pb::LeaseGrantResponse>, Status> {
         // etcd 3.4 checks no permission to grant, only that a token, if
         // given, is valid.
-        authz::caller(&self.0, &req)?;
+        authz::caller(&self.0, &req).await?;
         let req = req.into_inner();
         let Shared {
             store,
@@ -47,7 +47,7 @@ impl Lease for LeaseService {
         &self,
         req: Request<pb::LeaseRevokeRequest>,
     ) -> Result<Response<pb::LeaseRevokeResponse>, Status> {
-        let by = authz::caller(&self.0, &req)?;
+        let by = authz::caller(&self.0, &req).await?;
         let id = req.into_inner().id;
         let Shared {
             store,

@@ -96,7 +96,7 @@ impl Maintenance for MaintenanceService {
         &self,
         r: Request<pb::DefragmentRequest>,
     ) -> Result<Response<pb::DefragmentResponse>, Status> {
-        super::authz::require_root(&self.0, &r)?;
+        super::authz::require_root(&self.0, &r).await?;
         // Nothing to defragment in memory; etcd's answer carries no header.
         Ok(Response::new(pb::DefragmentResponse { header: None }))
     }
@@ -105,7 +105,7 @@ impl Maintenance for MaintenanceService {
         &self,
         r: Request<pb::HashRequest>,
     ) -> Result<Response<pb::HashResponse>, Status> {
-        super::authz::require_root(&self.0, &r)?;
+        super::authz::require_root(&self.0, &r).await?;
         let Shared { store, info, .. } = &self.0;
         let (hash, _, rev) = store.hash_kv(0).map_err(status)?;
         Ok(Response::new(pb::HashResponse {
@@ -118,7 +118,7 @@ impl Maintenance for MaintenanceService {
         &self,
         r: Request<pb::HashKvRequest>,
     ) -> Result<Response<pb::HashKvResponse>, Status> {
-        super::authz::require_root(&self.0, &r)?;
+        super::authz::require_root(&self.0, &r).await?;
         let Shared { store, info, .. } = &self.0;
         let (hash, compact_revision, hash_revision) =
             store.hash_kv(r.into_inner().revision).map_err(status)?;
@@ -136,7 +136,7 @@ impl Maintenance for MaintenanceService {
         &self,
         r: Request<pb::SnapshotRequest>,
     ) -> Result<Response<SnapshotOut>, Status> {
-        super::authz::require_root(&self.0, &r)?;
+        super::authz::require_root(&self.0, &r).await?;
         Err(status(Error::SnapshotUnsupported))
     }
 
@@ -144,7 +144,7 @@ impl Maintenance for MaintenanceService {
         &self,
         r: Request<pb::MoveLeaderRequest>,
     ) -> Result<Response<pb::MoveLeaderResponse>, Status> {
-        super::authz::require_root(&self.0, &r)?;
+        super::authz::require_root(&self.0, &r).await?;
         Err(status(Error::MoveLeaderUnsupported))
     }
 

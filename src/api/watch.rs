@@ -69,7 +69,7 @@ async fn run(
         }
         let outs = tokio::select! {
             msg = inbound.message() => match msg {
-                Ok(Some(req)) => match denied(&shared, &creds, &req) {
+                Ok(Some(req)) => match denied(&shared, &creds, &req).await {
                     Some(refusal) => {
                         if tx.send(Ok(refusal)).await.is_err() {
                             return;
@@ -107,13 +107,13 @@ async fn run(
 }
 
 /// etcd's refusal of a watch create the stream's user may not read.
-fn denied(
+async fn denied(
     shared: &Shared,
     creds: &super::authz::Credentials,
     req: &pb::WatchRequest,
 ) -> Option<pb::WatchResponse> {
     match &req.request_union {
-        Some(RequestUnion::CreateRequest(c)) => creds.watch_denied(shared, c),
+        Some(RequestUnion::CreateRequest(c)) => creds.watch_denied(shared, c).await,
         _ => None,
     }
 }

@@ -20,6 +20,7 @@ async fn client_as(
 ) -> Result<Client, etcd_client::Error> {
     let opts = ConnectOptions::new()
         .with_user(user, password)
+        .with_auto_token_refresh(true)
         .with_connect_timeout(RPC_TIMEOUT)
         .with_timeout(RPC_TIMEOUT);
     Client::connect([endpoint], Some(opts)).await
