@@ -6,6 +6,7 @@
 
 mod auth;
 mod auth_diff;
+mod auth_tls;
 mod authority;
 mod cli;
 mod cluster;
