@@ -79,9 +79,12 @@ impl Store {
     pub(super) fn apply_auth(&self, op: &AuthOp) -> Result<()> {
         let _writers = self.range_writers().read();
         self.check_running()?;
+        let before = self.auth().revision();
         self.auth().apply(op)?;
-        if !matches!(op, AuthOp::Authenticate { .. }) {
-            tracing::info!(op = ?op, auth_revision = self.auth().revision(), "auth changed");
+        let after = self.auth().revision();
+        if after != before {
+            // `op`'s Debug hides password hashes and tokens.
+            tracing::info!(op = ?op, auth_revision = after, "auth changed");
         }
         self.stats().applied();
         Ok(())
