@@ -5,6 +5,7 @@
 //! mean nothing for an in-memory single member are accepted with a warning
 //! ([`etcd`]); [`load`] puts the sources together as etcd does.
 
+pub mod auth;
 mod cluster;
 mod etcd;
 mod exposure;
@@ -37,6 +38,12 @@ ETCD_MAX_TXN_OPS). etcd 3.4's other flags are accepted with a warning saying why
 not apply, or refused when they set something ephd does not implement (README, Configuration)."
 )]
 pub struct Config {
+    /// The auth flags (`--auth-token`, `--auth-token-ttl`,
+    /// `--bcrypt-cost`).
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub auth: auth::AuthFlags,
+
     /// etcd's YAML configuration file (the format of etcd's
     /// `etcd.conf.yml.sample`). As in etcd, when it is given every other
     /// flag and environment variable is ignored.

@@ -30,6 +30,13 @@ pub enum Code {
     ResourceExhausted,
     /// The CORRUPT alarm is raised.
     DataLoss,
+    /// Auth: the caller's roles do not allow the request.
+    PermissionDenied,
+    /// Auth: the token is unknown or expired.
+    Unauthenticated,
+    /// An error etcd lets through without a gRPC code of its own (some of
+    /// its auth package's).
+    Unknown,
 }
 
 /// Every error ephd returns to clients, each carrying etcd's exact text.
@@ -85,13 +92,13 @@ pub enum Error {
     /// LeaseKeepAlive). Unavailable, so clients reconnect and resume instead
     /// of treating it as final.
     StreamShutdown,
-    /// Authenticate while auth is disabled (always, for now). Clients
-    /// configured with a user name call Authenticate first and carry on
-    /// without a token on exactly this answer.
+    /// Authenticate while auth is disabled. Clients configured with a user
+    /// name call Authenticate first and carry on without a token on exactly
+    /// this answer.
     AuthNotEnabled,
-    /// Every Auth RPC except AuthStatus and Authenticate: auth is always
-    /// disabled.
-    AuthUnsupported,
+    /// Every other auth error (users, roles, permissions, tokens): their
+    /// table is in [`crate::auth::AuthError`].
+    Auth(crate::auth::AuthError),
     /// MemberAdd, MemberRemove, MemberUpdate, MemberPromote: ephd is always
     /// a single member.
     MembershipUnsupported,
@@ -123,8 +130,8 @@ impl Error {
             | Error::Timeout => Code::Unavailable,
             Error::NoSpace | Error::TooManyRequests => Code::ResourceExhausted,
             Error::Corrupt => Code::DataLoss,
-            Error::AuthUnsupported
-            | Error::MembershipUnsupported
+            Error::Auth(e) => e.code(),
+            Error::MembershipUnsupported
             | Error::MoveLeaderUnsupported
             | Error::DowngradeUnsupported => Code::Unimplemented,
         }
@@ -156,9 +163,7 @@ impl Error {
             Error::TooManyRequests => "etcdserver: too many requests",
             Error::StreamShutdown => "ephd: server is shutting down",
             Error::AuthNotEnabled => "etcdserver: authentication is not enabled",
-            Error::AuthUnsupported => {
-                "ephd: authentication is not supported (auth is always disabled)"
-            }
+            Error::Auth(e) => e.message(),
             Error::MembershipUnsupported => {
                 "ephd: membership changes are not supported (ephd runs as a single member)"
             }
@@ -323,9 +328,9 @@ mod tests {
                 "etcdserver: authentication is not enabled",
             ),
             (
-                Error::AuthUnsupported,
-                Code::Unimplemented,
-                "ephd: authentication is not supported (auth is always disabled)",
+                Error::Auth(crate::auth::AuthError::InvalidAuthToken),
+                Code::Unauthenticated,
+                "etcdserver: invalid auth token",
             ),
             (
                 Error::MembershipUnsupported,

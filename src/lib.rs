@@ -17,6 +17,7 @@
 //! gateway/    HTTP/1.1 on the client port: those endpoints and etcd's JSON
 //!             gateway, each call made in process as a gRPC call.
 //! watch/      watch streams: replay from the log, live delivery, progress.
+//! auth/       users, roles, permissions, tokens (etcd's auth).
 //! mvcc/       the store core: revisions, per-key history, Range/Txn/Compact,
 //!             leases, the change log, and the one write path (`Store::apply`).
 //! lease/      the lease table and its timers; knows nothing of revisions.
@@ -39,6 +40,7 @@
 #![warn(missing_docs)]
 
 pub mod api;
+pub mod auth;
 pub mod cluster;
 pub mod concurrency;
 pub mod config;

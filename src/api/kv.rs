@@ -1,6 +1,6 @@
 //! The KV service.
 
-use super::{check_size, convert, status, PreEncoded, Shared};
+use super::{authz, check_size, convert, status, PreEncoded, Shared};
 use crate::cluster::Proposer;
 use crate::error::INTERNAL_COMPACTION_FAILED;
 use crate::proto::etcdserverpb::{self as pb, kv_server::Kv};
@@ -22,6 +22,7 @@ impl Kv for KvService {
         &self,
         req: Request<pb::RangeRequest>,
     ) -> Result<Response<pb::RangeResponse>, Status> {
+        let by = authz::caller(&self.0, &req).await?;
         let req = req.into_inner();
         let Shared {
             store,
@@ -35,6 +36,7 @@ impl Kv for KvService {
             // Cluster mode: a linearizable read waits for its read index.
             node.read_barrier().await.map_err(status)?;
         }
+        authz::check_read(&self.0, &by, &req.key, &req.range_end)?;
         let req = convert::range_request(req);
         if req.range_end.is_empty() || req.count_only {
             // One key, or a count: small, answered right here.
@@ -77,6 +79,7 @@ impl Kv for KvService {
     }
 
     async fn put(&self, req: Request<pb::PutRequest>) -> Result<Response<pb::PutResponse>, Status> {
+        let by = authz::caller(&self.0, &req).await?;
         let req = req.into_inner();
         let Shared {
             store,
@@ -88,7 +91,7 @@ impl Kv for KvService {
         check_size(info, req.encoded_len())?;
         metrics.put_total.inc();
         let resp = proposer
-            .put(store, convert::put_request(req))
+            .put_by(store, by, convert::put_request(req))
             .await
             .map_err(status)?;
         let header = info.header(resp.revision);
@@ -99,6 +102,7 @@ impl Kv for KvService {
         &self,
         req: Request<pb::DeleteRangeRequest>,
     ) -> Result<Response<pb::DeleteRangeResponse>, Status> {
+        let by = authz::caller(&self.0, &req).await?;
         let req = req.into_inner();
         let Shared {
             store,
@@ -110,7 +114,7 @@ impl Kv for KvService {
         check_size(info, req.encoded_len())?;
         metrics.delete_total.inc();
         let resp = proposer
-            .delete_range(store, convert::delete_request(req))
+            .delete_range_by(store, by, convert::delete_request(req))
             .await
             .map_err(status)?;
         let header = info.header(resp.revision);
@@ -118,6 +122,7 @@ impl Kv for KvService {
     }
 
     async fn txn(&self, req: Request<pb::TxnRequest>) -> Result<Response<pb::TxnResponse>, Status> {
+        let by = authz::caller(&self.0, &req).await?;
         let req = req.into_inner();
         let Shared {
             store,
@@ -129,7 +134,7 @@ impl Kv for KvService {
         check_size(info, req.encoded_len())?;
         metrics.txn_total.inc();
         let resp = proposer
-            .txn(store, convert::txn_request(req))
+            .txn_by(store, by, convert::txn_request(req))
             .await
             .map_err(status)?;
         let header = info.header(resp.revision);
@@ -140,6 +145,9 @@ impl Kv for KvService {
         &self,
         req: Request<pb::CompactionRequest>,
     ) -> Result<Response<pb::CompactionResponse>, Status> {
+        // etcd 3.4 checks no permission for a compaction, only that a
+        // token, if given, is valid.
+        authz::caller(&self.0, &req).await?;
         let req = req.into_inner();
         let Shared {
             store,

@@ -1,7 +1,7 @@
 //! The Lease service: converts between the wire and the store's lease
 //! entry point (`mvcc/leases.rs`), where every lease rule lives.
 
-use super::{status, Shared};
+use super::{authz, status, Shared};
 use crate::cluster::{leadership::Lost, lease_forward};
 use crate::proto::etcdserverpb::{self as pb, lease_server::Lease};
 use futures::Stream;
@@ -21,6 +21,9 @@ impl Lease for LeaseService {
         &self,
         req: Request<pb::LeaseGrantRequest>,
     ) -> Result<Response<pb::LeaseGrantResponse>, Status> {
+        // etcd 3.4 checks no permission to grant, only that a token, if
+        // given, is valid.
+        authz::caller(&self.0, &req).await?;
         let req = req.into_inner();
         let Shared {
             store,
@@ -45,6 +48,7 @@ impl Lease for LeaseService {
         &self,
         req: Request<pb::LeaseRevokeRequest>,
     ) -> Result<Response<pb::LeaseRevokeResponse>, Status> {
+        let by = authz::caller(&self.0, &req).await?;
         let id = req.into_inner().id;
         let Shared {
             store,
@@ -52,7 +56,10 @@ impl Lease for LeaseService {
             info,
             ..
         } = &self.0;
-        let rev = proposer.lease_revoke(store, id).await.map_err(status)?;
+        let rev = proposer
+            .lease_revoke_by(store, by, id)
+            .await
+            .map_err(status)?;
         self.0.metrics.lease_revoked.inc();
         Ok(Response::new(pb::LeaseRevokeResponse {
             header: info.header(rev),

@@ -91,16 +91,18 @@ impl Maintenance for MaintenanceService {
 
     async fn defragment(
         &self,
-        _r: Request<pb::DefragmentRequest>,
+        r: Request<pb::DefragmentRequest>,
     ) -> Result<Response<pb::DefragmentResponse>, Status> {
+        super::authz::require_root(&self.0, &r).await?;
         // Nothing to defragment in memory; etcd's answer carries no header.
         Ok(Response::new(pb::DefragmentResponse { header: None }))
     }
 
     async fn hash(
         &self,
-        _r: Request<pb::HashRequest>,
+        r: Request<pb::HashRequest>,
     ) -> Result<Response<pb::HashResponse>, Status> {
+        super::authz::require_root(&self.0, &r).await?;
         let Shared { store, info, .. } = &self.0;
         let (hash, _, rev) = store.hash_kv(0).map_err(status)?;
         Ok(Response::new(pb::HashResponse {
@@ -113,6 +115,7 @@ impl Maintenance for MaintenanceService {
         &self,
         r: Request<pb::HashKvRequest>,
     ) -> Result<Response<pb::HashKvResponse>, Status> {
+        super::authz::require_root(&self.0, &r).await?;
         let Shared { store, info, .. } = &self.0;
         let (hash, compact_revision, hash_revision) =
             store.hash_kv(r.into_inner().revision).map_err(status)?;
@@ -128,8 +131,9 @@ impl Maintenance for MaintenanceService {
 
     async fn snapshot(
         &self,
-        _r: Request<pb::SnapshotRequest>,
+        r: Request<pb::SnapshotRequest>,
     ) -> Result<Response<SnapshotOut>, Status> {
+        super::authz::require_root(&self.0, &r).await?;
         // In cluster mode this is the member's own applied state.
         super::snapshot::stream(self.0.store.clone()).map(Response::new)
     }
@@ -138,6 +142,7 @@ impl Maintenance for MaintenanceService {
         &self,
         r: Request<pb::MoveLeaderRequest>,
     ) -> Result<Response<pb::MoveLeaderResponse>, Status> {
+        super::authz::require_root(&self.0, &r).await?;
         let target = r.into_inner().target_id;
         match self.0.proposer.node() {
             // A single member leads already: only itself is a transferee.

@@ -4,6 +4,7 @@
 //! limits, streaming).
 
 mod auth;
+mod authz;
 mod cluster;
 mod convert;
 mod election;
@@ -147,6 +148,9 @@ fn status_of(err: &Error) -> tonic::Status {
         Code::Unimplemented => tonic::Code::Unimplemented,
         Code::ResourceExhausted => tonic::Code::ResourceExhausted,
         Code::DataLoss => tonic::Code::DataLoss,
+        Code::PermissionDenied => tonic::Code::PermissionDenied,
+        Code::Unauthenticated => tonic::Code::Unauthenticated,
+        Code::Unknown => tonic::Code::Unknown,
     };
     tonic::Status::new(code, err.message())
 }

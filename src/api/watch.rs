@@ -31,9 +31,10 @@ impl Watch for WatchService {
         req: Request<Streaming<pb::WatchRequest>>,
     ) -> Result<Response<WatchOut>, Status> {
         let lost = leadership::leader_lost(self.0.proposer.node(), req.metadata());
+        let creds = super::authz::Credentials::of(&req);
         let inbound = req.into_inner();
         let (tx, rx) = mpsc::channel(16);
-        tokio::spawn(run(self.0.clone(), inbound, tx, lost));
+        tokio::spawn(run(self.0.clone(), inbound, tx, lost, creds));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 }
@@ -46,6 +47,7 @@ async fn run(
     mut inbound: Streaming<pb::WatchRequest>,
     tx: Tx,
     mut lost: leadership::Lost,
+    creds: super::authz::Credentials,
 ) {
     let store = shared.store.clone();
     let mut stop = shared.stop.clone();
@@ -75,7 +77,15 @@ async fn run(
                 return;
             }
             msg = inbound.message() => match msg {
-                Ok(Some(req)) => handle(&shared, &mut ws, req),
+                Ok(Some(req)) => match denied(&shared, &creds, &req).await {
+                    Some(refusal) => {
+                        if tx.send(Ok(refusal)).await.is_err() {
+                            return;
+                        }
+                        Vec::new()
+                    }
+                    None => handle(&shared, &mut ws, req),
+                },
                 Ok(None) => return,
                 Err(status) => {
                     // An oversized or malformed request ends the stream with
@@ -101,6 +111,18 @@ async fn run(
         if !send_all(&shared, &tx, outs).await {
             return;
         }
+    }
+}
+
+/// etcd's refusal of a watch create the stream's user may not read.
+async fn denied(
+    shared: &Shared,
+    creds: &super::authz::Credentials,
+    req: &pb::WatchRequest,
+) -> Option<pb::WatchResponse> {
+    match &req.request_union {
+        Some(RequestUnion::CreateRequest(c)) => creds.watch_denied(shared, c).await,
+        _ => None,
     }
 }
 

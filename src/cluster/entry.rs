@@ -8,9 +8,11 @@
 //! decoded with the bounded-depth decoder the KV service uses, because a
 //! txn may nest deeper than prost's recursion limit.
 
+use super::auth_change;
+use crate::auth::AuthInfo;
 use crate::mvcc::{AlarmAction, Entry};
 use crate::proto::ephd::internal::{
-    raft_entry::Request, LeaseCheckpoint, LeaseCheckpoints, RaftEntry,
+    raft_entry::Request, AuthorizedBy, LeaseCheckpoint, LeaseCheckpoints, RaftEntry,
 };
 use crate::proto::etcdserverpb as pb;
 use crate::proto::nesting;
@@ -36,6 +38,16 @@ pub struct Proposal {
 /// `proposal` in Raft term `term` (0: not checked when applied), as the
 /// data of a Raft log entry.
 pub fn encode(proposer: u64, proposal: u64, term: u64, entry: Entry) -> Vec<u8> {
+    let (authorized_by, entry) = match entry {
+        Entry::Authorized { by, entry } => (
+            Some(AuthorizedBy {
+                user: by.user,
+                revision: by.revision,
+            }),
+            *entry,
+        ),
+        other => (None, other),
+    };
     let request = match entry {
         Entry::Put(r) => Request::Put(wire::put(r)),
         Entry::Delete(r) => Request::DeleteRange(wire::delete(r)),
@@ -65,12 +77,15 @@ pub fn encode(proposer: u64, proposal: u64, term: u64, entry: Entry) -> Vec<u8> 
             member_id,
             alarm,
         }),
+        Entry::Auth(op) => Request::Auth(auth_change::encode(op)),
+        Entry::Authorized { .. } => unreachable!("an authorized entry is never nested"),
     };
     RaftEntry {
         proposer,
         proposal,
         term,
         request: Some(request),
+        authorized_by,
     }
     .encode_to_vec()
 }
@@ -109,7 +124,18 @@ pub fn decode(data: Bytes) -> Result<Proposal, String> {
             member_id: r.member_id,
             alarm: r.alarm,
         },
+        Some(Request::Auth(c)) => Entry::Auth(auth_change::decode(c)?),
         None => return Err("raft entry without a request".to_string()),
+    };
+    let entry = match e.authorized_by {
+        Some(by) => Entry::Authorized {
+            by: AuthInfo {
+                user: by.user,
+                revision: by.revision,
+            },
+            entry: Box::new(entry),
+        },
+        None => entry,
     };
     Ok(Proposal {
         proposer: e.proposer,
@@ -246,6 +272,16 @@ mod tests {
                 alarm: 2,
             },
         ]
+        .into_iter()
+        .chain(auth_change::tests::every_op().into_iter().map(Entry::Auth))
+        .chain([Entry::Authorized {
+            by: AuthInfo {
+                user: "u".into(),
+                revision: 7,
+            },
+            entry: Box::new(Entry::Put(PutRequest::default())),
+        }])
+        .collect()
     }
 
     #[test]

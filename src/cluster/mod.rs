@@ -10,12 +10,15 @@
 //!   applies committed entries in log order through `Store::apply`.
 //! * `peers.rs` and `transport.rs`: Raft messages to and from the other
 //!   members, over a small gRPC service on the peer listener.
-//! * `entry.rs`: a store entry as the bytes of a log entry.
+//! * `entry.rs`: a store entry as the bytes of a log entry
+//!   (`auth_change.rs`: an auth change's part).
 //! * `logger.rs`: raft's log lines into `tracing`.
 //! * `leadership.rs`: MoveLeader, the hand-over on SIGTERM, `hasleader`.
 //! * `lease_forward.rs`: keep-alives answered by the leader, term-checked
 //!   revokes, lease checkpoints.
 
+mod auth_change;
+mod authorized;
 pub mod entry;
 pub mod leadership;
 pub mod lease_forward;
@@ -28,6 +31,7 @@ pub use node::{Node, RaftStatus};
 pub use peers::MAX_BATCH_BYTES;
 pub use transport::PeerService;
 
+use crate::auth::{AuthInfo, AuthOp};
 use crate::error::{Error, Result};
 use crate::mvcc::{
     AlarmAction, AlarmMember, Applied, DeleteRequest, DeleteResponse, Entry, LeaseGrantResponse,
@@ -144,6 +148,36 @@ impl Proposer {
                 Applied::LeaseRevoke { revision } => Ok(revision),
                 other => unreachable!("a revoke applied as {other:?}"),
             },
+        }
+    }
+
+    /// Applies `entry` on behalf of `by` while auth is enabled: its
+    /// permissions are checked where it applies, on every member.
+    pub async fn apply_as(&self, store: &Store, by: AuthInfo, entry: Entry) -> Result<Applied> {
+        match self {
+            Proposer::Local => store.apply_as_async(by, entry).await,
+            Proposer::Replicated(n) => {
+                n.propose(Entry::Authorized {
+                    by,
+                    entry: Box::new(entry),
+                })
+                .await
+            }
+        }
+    }
+
+    /// An auth change (or a token issued), by `by` when auth is enabled;
+    /// returns the header revision.
+    pub async fn auth(&self, store: &Store, by: Option<AuthInfo>, op: AuthOp) -> Result<i64> {
+        let entry = Entry::Auth(op);
+        let applied = match (self, by) {
+            (_, Some(by)) => self.apply_as(store, by, entry).await?,
+            (Proposer::Local, None) => store.apply_async(entry).await?,
+            (Proposer::Replicated(n), None) => n.propose(entry).await?,
+        };
+        match applied {
+            Applied::Auth { revision } => Ok(revision),
+            other => unreachable!("an auth change applied as {other:?}"),
         }
     }
 

@@ -60,7 +60,6 @@ const NO_PEERS: &str =
     "ephd runs a single member without peers (cluster mode: --initial-cluster naming other members)";
 const NO_BACKEND: &str = "ephd has no bbolt backend: writes apply in memory at once";
 const NO_WAL: &str = "ephd keeps no write-ahead log";
-const NO_AUTH: &str = "auth is always disabled in ephd";
 const NO_PROXY: &str = "ephd has no v2 proxy";
 const NO_V2: &str = "ephd serves only the v3 API";
 const NO_DISCOVERY: &str =
@@ -270,9 +269,6 @@ pub(super) const COMPAT: &[Compat] = &[
         Effect::Ignored("ephd serves no HTTP API to browsers (no v2 API, no gRPC gateway)"),
     ),
     // Auth is never enabled, so its settings never apply.
-    c("auth-token", Kind::Text, Effect::Ignored(NO_AUTH)),
-    c("bcrypt-cost", Kind::Uint, Effect::Ignored(NO_AUTH)),
-    c("auth-token-ttl", Kind::Uint, Effect::Ignored(NO_AUTH)),
     // v2 API and proxy: not served, so turning them on is refused.
     c(
         "enable-v2",

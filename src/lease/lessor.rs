@@ -194,6 +194,17 @@ impl Lessor {
         }
     }
 
+    /// The keys attached to a lease (none if unknown), for the permission
+    /// check of a revoke while auth is enabled.
+    pub fn keys(&self, id: i64) -> Vec<Bytes> {
+        self.inner
+            .lock()
+            .leases
+            .get(&id)
+            .map(|l| l.keys.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
     /// Removes a lease and returns its attached keys, sorted; the caller
     /// (the store) then deletes them at one revision.
     pub fn take_for_revoke(&self, id: i64) -> Result<Vec<Bytes>> {

@@ -117,6 +117,22 @@ impl Store {
                 }
                 Ok((Applied::Alarm { alarms }, 0))
             }
+            Entry::Auth(op) => {
+                self.authorize_plain_auth(&op)?;
+                self.apply_auth(&op)?;
+                Ok((self.auth_applied(), 0))
+            }
+            Entry::Authorized { by, entry } => {
+                self.authorize(&by, &entry)?;
+                match *entry {
+                    // Checked as `by`'s just now, not as a plain one.
+                    Entry::Auth(op) => {
+                        self.apply_auth(&op)?;
+                        Ok((self.auth_applied(), 0))
+                    }
+                    other => self.apply_unpublished(other),
+                }
+            }
         }
     }
 

@@ -53,6 +53,21 @@ pub enum Entry {
         /// etcd's alarm type number.
         alarm: i32,
     },
+    /// An auth change (users, roles, permissions, enable/disable) or a
+    /// token issued by Authenticate. Without an [`Entry::Authorized`]
+    /// around it, it comes from a request made while auth was disabled: if
+    /// auth is enabled by the time it applies, it fails as a request
+    /// without a token does.
+    Auth(crate::auth::AuthOp),
+    /// A request made while auth was enabled, by `by`: its permissions are
+    /// checked where it applies (etcd's auth applier), against the auth
+    /// state of that moment.
+    Authorized {
+        /// Who made it, and the auth revision it was checked at.
+        by: crate::auth::AuthInfo,
+        /// The request.
+        entry: Box<Entry>,
+    },
 }
 
 /// The result of applying an [`Entry`], one variant per entry kind.
@@ -93,5 +108,10 @@ pub enum Applied {
     Alarm {
         /// The alarms.
         alarms: Vec<AlarmMember>,
+    },
+    /// Result of [`Entry::Auth`]: the header revision.
+    Auth {
+        /// The header revision (the key-value store's current one).
+        revision: i64,
     },
 }

@@ -25,6 +25,7 @@
 
 mod alarms;
 mod apply;
+mod authorize;
 mod chunk;
 mod compact;
 mod compare;

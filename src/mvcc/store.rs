@@ -28,6 +28,7 @@ use super::index::Index;
 use super::log::EventLog;
 use super::sequencer::Sequencer;
 use super::stats::Stats;
+use crate::auth::AuthStore;
 use crate::error::{Error, Result};
 use crate::lease::{Lessor, LessorConfig};
 use parking_lot::RwLock;
@@ -51,6 +52,8 @@ pub struct StoreConfig {
     pub quota_bytes: Option<i64>,
     /// The member ID a NOSPACE alarm raised by the quota is recorded under.
     pub member_id: u64,
+    /// Auth settings (token TTL, bcrypt cost).
+    pub auth: crate::auth::AuthConfig,
 }
 
 impl Default for StoreConfig {
@@ -61,6 +64,7 @@ impl Default for StoreConfig {
             lessor: LessorConfig::default(),
             quota_bytes: None,
             member_id: 0,
+            auth: crate::auth::AuthConfig::default(),
         }
     }
 }
@@ -75,6 +79,7 @@ pub struct Store {
     stopped: AtomicBool,
     lessor: Lessor,
     alarms: Alarms,
+    auth: AuthStore,
     stats: Stats,
     config: StoreConfig,
 }
@@ -95,6 +100,7 @@ impl Store {
             stopped: AtomicBool::new(false),
             lessor: Lessor::new(config.lessor.clone()),
             alarms: Alarms::default(),
+            auth: AuthStore::new(config.auth.clone()),
             stats: Stats::default(),
             config,
         }
@@ -113,6 +119,12 @@ impl Store {
     /// The change log watchers read.
     pub fn log(&self) -> &EventLog {
         self.sequencer.log()
+    }
+
+    /// Users, roles, permissions and tokens: changed only through
+    /// [`Store::apply`], like the keys.
+    pub fn auth(&self) -> &AuthStore {
+        &self.auth
     }
 
     /// Size and apply counters.

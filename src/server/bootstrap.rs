@@ -221,6 +221,7 @@ pub(super) fn build_store(
         },
         quota_bytes,
         member_id: ServerInfo::new(&config.name, config.advertised_urls()).member_id,
+        auth: config.auth.auth_config(),
     });
     if let Some((path, r)) = recovery.restored {
         tracing::info!(
@@ -305,6 +306,7 @@ pub(super) fn build_cluster_store(
         },
         quota_bytes,
         member_id,
+        auth: config.auth.auth_config(),
     })
 }
 

@@ -4,6 +4,9 @@
 //! Every test starts its own server processes on free loopback ports, so
 //! tests run in parallel threads without interfering with each other.
 
+mod auth;
+mod auth_diff;
+mod auth_tls;
 mod authority;
 mod cli;
 mod cluster;
