@@ -11,14 +11,19 @@
 //! * `peers.rs` and `transport.rs`: Raft messages to and from the other
 //!   members, over a small gRPC service on the peer listener.
 //! * `entry.rs`: a store entry as the bytes of a log entry.
+//! * `catchup.rs` and `snapshot.rs`: the bounded log, and snapshots of the
+//!   whole store for followers behind it.
 //! * `logger.rs`: raft's log lines into `tracing`.
 
+mod catchup;
 pub mod entry;
 mod logger;
 mod node;
 mod peers;
+pub mod snapshot;
 mod transport;
 
+pub use catchup::{LogCounters, DEFAULT_CATCHUP_ENTRIES, DEFAULT_SNAPSHOT_COUNT};
 pub use node::{Node, RaftStatus};
 pub use peers::MAX_BATCH_BYTES;
 pub use transport::PeerService;

@@ -52,6 +52,12 @@ pub struct ClusterConfig {
     pub heartbeat: Duration,
     /// `--election-timeout`.
     pub election: Duration,
+    /// `--snapshot-count`: entries applied between two compactions of the
+    /// in-memory Raft log.
+    pub snapshot_count: u64,
+    /// `--experimental-snapshot-catchup-entries`: entries a compaction
+    /// keeps for slow followers; one further behind gets a snapshot.
+    pub catchup_entries: u64,
 }
 
 impl ClusterConfig {
@@ -140,6 +146,8 @@ pub(super) struct Flags<'a> {
     pub heartbeat_ms: Option<&'a str>,
     pub election_ms: Option<&'a str>,
     pub force_new_cluster: Option<&'a str>,
+    pub snapshot_count: Option<&'a str>,
+    pub catchup_entries: Option<&'a str>,
 }
 
 fn urls(v: Option<&str>) -> Vec<String> {
@@ -217,6 +225,23 @@ pub(super) fn build(
              {MAX_ELECTION_MS}ms"
         ));
     }
+    let count = |v: Option<&str>, default: u64, flag: &str| match v {
+        None => Ok(default),
+        Some(v) => match v.trim().parse::<u64>() {
+            Ok(n) if n > 0 => Ok(n),
+            _ => Err(format!("--{flag} {v:?} must be a number above 0")),
+        },
+    };
+    let snapshot_count = count(
+        flags.snapshot_count,
+        crate::cluster::DEFAULT_SNAPSHOT_COUNT,
+        "snapshot-count",
+    )?;
+    let catchup_entries = count(
+        flags.catchup_entries,
+        crate::cluster::DEFAULT_CATCHUP_ENTRIES,
+        "experimental-snapshot-catchup-entries",
+    )?;
     let Some((_, own_urls)) = members.iter().find(|(n, _)| n == name) else {
         return Err(format!(
             "couldn't find local name {name:?} in the initial cluster configuration"
@@ -257,6 +282,8 @@ pub(super) fn build(
         advertise_peer_urls,
         heartbeat: Duration::from_millis(heartbeat),
         election: Duration::from_millis(election),
+        snapshot_count,
+        catchup_entries,
     })
 }
 

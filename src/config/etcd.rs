@@ -89,6 +89,11 @@ pub(super) const COMPAT: &[Compat] = &[
         ),
     ),
     c(
+        "experimental-snapshot-catchup-entries",
+        Kind::Uint,
+        Effect::Ignored(NO_RAFT),
+    ),
+    c(
         "max-snapshots",
         Kind::Uint,
         Effect::Ignored("ephd keeps its two newest snapshots"),
@@ -412,6 +417,8 @@ const CLUSTER_FLAGS: &[&str] = &[
     "heartbeat-interval",
     "election-timeout",
     "force-new-cluster",
+    "snapshot-count",
+    "experimental-snapshot-catchup-entries",
 ];
 
 /// Peer TLS flags: in cluster mode, asking for peer TLS is refused rather
@@ -486,6 +493,8 @@ pub(super) fn judge(
         heartbeat_ms: flag("heartbeat-interval"),
         election_ms: flag("election-timeout"),
         force_new_cluster: flag("force-new-cluster"),
+        snapshot_count: flag("snapshot-count"),
+        catchup_entries: flag("experimental-snapshot-catchup-entries"),
     };
     let config = cluster::build(member, members, &flags)?;
     Ok((warnings, Some(config)))

@@ -30,6 +30,7 @@ mod compare;
 mod entry;
 mod gosort;
 mod history;
+mod image;
 mod index;
 mod leases;
 mod locks;
@@ -50,6 +51,7 @@ mod tests;
 
 pub use alarms::{ALARM_CORRUPT, ALARM_NONE, ALARM_NOSPACE};
 pub use entry::{Applied, Entry};
+pub use image::{ImageLease, ImageVersion, StoreImage};
 pub use log::{EventLog, LoggedEvent};
 pub use stats::Stats;
 pub use store::{Store, StoreConfig};

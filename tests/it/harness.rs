@@ -335,6 +335,12 @@ impl ClusterMember {
     pub fn metrics_port(&self) -> u16 {
         self.metrics_port
     }
+
+    /// The member's process ID (to pause it with SIGSTOP, as a member that
+    /// stops answering its peers).
+    pub fn pid(&self) -> u32 {
+        self.process.child.id()
+    }
 }
 
 impl Server for ClusterMember {
