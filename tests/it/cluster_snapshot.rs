@@ -128,7 +128,7 @@ async fn events_until(
     while out
         .last()
         .and_then(|e| e.kv.as_ref())
-        .map_or(true, |kv| kv.mod_revision < upto)
+        .is_none_or(|kv| kv.mod_revision < upto)
     {
         let resp = within("watch events", stream.next())
             .await
