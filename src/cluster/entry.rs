@@ -9,7 +9,7 @@
 //! txn may nest deeper than prost's recursion limit.
 
 use crate::mvcc::{AlarmAction, Entry};
-use crate::proto::ephd::internal::{raft_entry::Request, RaftEntry};
+use crate::proto::ephd::internal::{raft_entry::Request, InitialRevision, RaftEntry};
 use crate::proto::etcdserverpb as pb;
 use crate::proto::nesting;
 use crate::wire;
@@ -40,6 +40,7 @@ pub fn encode(proposer: u64, proposal: u64, entry: Entry) -> Vec<u8> {
         }),
         Entry::LeaseGrant { id, ttl } => Request::LeaseGrant(pb::LeaseGrantRequest { ttl, id }),
         Entry::LeaseRevoke { id } => Request::LeaseRevoke(pb::LeaseRevokeRequest { id }),
+        Entry::Initialize { revision } => Request::InitialRevision(InitialRevision { revision }),
         Entry::Alarm {
             action,
             member_id,
@@ -80,6 +81,9 @@ pub fn decode(data: Bytes) -> Result<Proposal, String> {
             ttl: r.ttl,
         },
         Some(Request::LeaseRevoke(r)) => Entry::LeaseRevoke { id: r.id },
+        Some(Request::InitialRevision(r)) => Entry::Initialize {
+            revision: r.revision,
+        },
         Some(Request::Alarm(r)) => Entry::Alarm {
             action: match r.action {
                 1 => AlarmAction::Activate,
@@ -206,6 +210,9 @@ mod tests {
             Entry::Compact { revision: 42 },
             Entry::LeaseGrant { id: 99, ttl: 60 },
             Entry::LeaseRevoke { id: 99 },
+            Entry::Initialize {
+                revision: 1_700_000_000_000_000,
+            },
             Entry::Alarm {
                 action: AlarmAction::Get,
                 member_id: 0,

@@ -37,6 +37,17 @@ pub enum Entry {
         /// The lease ID.
         id: i64,
     },
+    /// Start the store at `revision` (a cluster's first leader chooses it,
+    /// so a new cluster's revisions start above any an earlier incarnation
+    /// could have issued, as a single member's do). Unless the store holds
+    /// `compact_rev_key` already (then nothing changes, so a second
+    /// proposal, a later leader's, is harmless): when the store is below
+    /// `revision` it jumps there, everything below reading as compacted,
+    /// and `compact_rev_key` is created.
+    Initialize {
+        /// The initial revision.
+        revision: i64,
+    },
     /// Raise, clear or list alarms.
     Alarm {
         /// What to do.
@@ -74,6 +85,11 @@ pub enum Applied {
     /// Result of [`Entry::LeaseRevoke`]: the revision of the deletes, or the
     /// current one when the lease had no keys.
     LeaseRevoke {
+        /// The header revision.
+        revision: i64,
+    },
+    /// Result of [`Entry::Initialize`]: the current revision afterwards.
+    Initialize {
         /// The header revision.
         revision: i64,
     },

@@ -69,6 +69,13 @@ impl Sequencer {
         self.committed.store(revision, Ordering::Release);
     }
 
+    /// Moves both revisions up to `revision`, keeping the log (the
+    /// initial-revision entry; the caller holds the store exclusively).
+    pub(crate) fn bump(&self, revision: i64) {
+        self.allocated.store(revision, Ordering::Release);
+        self.committed.store(revision, Ordering::Release);
+    }
+
     /// Allocates the next revision. Callers hold the locks of every key they
     /// will write, and are certain to change something.
     pub(crate) fn next(&self) -> Ticket<'_> {

@@ -70,6 +70,39 @@ async fn leader(cluster: &EphdCluster) -> usize {
     panic!("no agreed leader\n{}", cluster.logs());
 }
 
+/// Waits until every member applied the initial revision (it holds
+/// `compact_rev_key`, whose value is that revision); returns it.
+async fn initialized(cluster: &EphdCluster) -> i64 {
+    let deadline = Instant::now() + SETTLE;
+    let mut values = Vec::new();
+    while Instant::now() < deadline {
+        values.clear();
+        for (_, m) in cluster.running() {
+            let req = RangeRequest {
+                key: b"compact_rev_key".to_vec().into(),
+                serializable: true,
+                ..Default::default()
+            };
+            let r = within("range", m.kv().await.range(req))
+                .await
+                .expect("range");
+            values.extend(r.into_inner().kvs.into_iter().map(|kv| kv.value));
+        }
+        if values.len() == cluster.running().len() {
+            assert!(values.iter().all(|v| *v == values[0]), "{values:?}");
+            return String::from_utf8(values[0].to_vec())
+                .unwrap()
+                .parse()
+                .unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!(
+        "no initial revision on every member: {values:?}\n{}",
+        cluster.logs()
+    );
+}
+
 fn signal(m: &ClusterMember, sig: i32) {
     // SAFETY: kill(2) on a child process this test started.
     let rc = unsafe { libc::kill(m.pid() as i32, sig) };
@@ -146,6 +179,7 @@ async fn a_follower_behind_the_kept_log_catches_up_by_snapshot_with_identical_hi
     let li = leader(&cluster).await;
     let fi = (li + 1) % 3;
     let (l, f) = (cluster.member(li).unwrap(), cluster.member(fi).unwrap());
+    let base = initialized(&cluster).await;
     let mut kv = l.kv().await;
     let put = |key: String, value: String, lease: i64| PutRequest {
         key: key.into_bytes().into(),
@@ -189,7 +223,7 @@ async fn a_follower_behind_the_kept_log_catches_up_by_snapshot_with_identical_hi
     within(
         "compact",
         kv.compact(CompactionRequest {
-            revision: 10,
+            revision: base + 10,
             physical: true,
         }),
     )
@@ -250,7 +284,7 @@ async fn a_follower_behind_the_kept_log_catches_up_by_snapshot_with_identical_hi
     assert!(metric(l, "ephd_raft_snapshots_sent_total") >= 1);
 
     // The same answer at every revision, compacted ones included.
-    for rev in 9..=current {
+    for rev in base + 9..=current {
         let (a, b) = (all_at(l, rev).await, all_at(f, rev).await);
         match (a, b) {
             (Ok(a), Ok(b)) => assert_eq!(a.kvs, b.kvs, "revision {rev}"),
@@ -259,8 +293,8 @@ async fn a_follower_behind_the_kept_log_catches_up_by_snapshot_with_identical_hi
         }
     }
     // Watches from the oldest retained revision replay the same events.
-    let from_leader = events_until(&mut watch_from(l, 10).await, current).await;
-    let from_follower = events_until(&mut watch_from(f, 10).await, current).await;
+    let from_leader = events_until(&mut watch_from(l, base + 10).await, current).await;
+    let from_follower = events_until(&mut watch_from(f, base + 10).await, current).await;
     assert_eq!(from_leader, from_follower, "replayed history");
     // The watch open across the pause and the install: no gap, no duplicate.
     let across = events_until(&mut kept, current).await;
@@ -312,4 +346,46 @@ async fn a_follower_behind_the_kept_log_catches_up_by_snapshot_with_identical_hi
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// A new cluster starts at the wall-clock revision its first leader chose,
+/// like a single member (every member applies it at the same log position
+/// and holds `compact_rev_key`); with `--revision-continuity=false` (what
+/// `--etcd-compat` sets) it starts at 1 like etcd.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_cluster_starts_at_the_initial_revision_its_first_leader_chose() {
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let cluster = EphdCluster::start(3, &ARGS[..2]);
+    let base = initialized(&cluster).await;
+    assert!(base >= before * 1_000, "{base} is the wall-clock revision");
+    for (i, m) in cluster.running() {
+        let r = all_at(m, 0).await.unwrap();
+        assert_eq!(r.header.unwrap().revision, base + 1, "m{i}");
+        let below = all_at(m, base - 1).await.unwrap_err();
+        assert!(below.message().contains("compacted"), "m{i}: {below:?}");
+    }
+
+    let compat = EphdCluster::start(3, &[ARGS[0], ARGS[1], "--revision-continuity=false"]);
+    let li = leader(&compat).await;
+    let mut kv = compat.member(li).unwrap().kv().await;
+    let req = PutRequest {
+        key: b"k".to_vec().into(),
+        ..Default::default()
+    };
+    let rev = within("put", kv.put(req))
+        .await
+        .expect("put")
+        .into_inner()
+        .header
+        .unwrap()
+        .revision;
+    assert_eq!(rev, 2, "etcd's first revision");
+    let none = all_at(compat.member(li).unwrap(), 0).await.unwrap();
+    assert!(none
+        .kvs
+        .iter()
+        .all(|kv| kv.key.as_ref() != b"compact_rev_key"));
 }

@@ -178,3 +178,43 @@ fn snapshots_that_break_the_stores_rules_are_refused() {
     refused("an event below the compaction", &|i| i.compacted = 5);
     refused("a key without versions", &|i| i.keys[0].1.clear());
 }
+
+#[test]
+fn the_initial_revision_entry_jumps_once_and_creates_compact_rev_key() {
+    let s = Store::new(StoreConfig::default());
+    s.apply(Entry::Put(PutRequest {
+        key: b("early"),
+        value: b("1"),
+        ..Default::default()
+    }))
+    .unwrap();
+    let applied = s.apply(Entry::Initialize { revision: 1_000 }).unwrap();
+    assert_eq!(applied, Applied::Initialize { revision: 1_001 });
+    assert_eq!(s.compacted_revision(), 1_000);
+    let at = |rev| RangeRequest {
+        key: b("\0"),
+        range_end: b("\0"),
+        revision: rev,
+        ..Default::default()
+    };
+    assert_eq!(s.range(&at(2)), Err(crate::error::Error::Compacted));
+    let now = s.range(&at(0)).unwrap();
+    let keys: Vec<_> = now.kvs.iter().map(|kv| kv.key.clone()).collect();
+    assert_eq!(
+        keys,
+        vec![b(COMPACT_REV_KEY), b("early")],
+        "earlier keys stay"
+    );
+    assert_eq!(now.kvs[0].value, b("1000"));
+    // A second proposal (another leader's) changes nothing.
+    let again = s.apply(Entry::Initialize { revision: 5_000 }).unwrap();
+    assert_eq!(again, Applied::Initialize { revision: 1_001 });
+    assert_eq!(s.current_revision(), 1_001);
+    // Under the entry's rules a store above the revision only gets the key.
+    let high = Store::new(StoreConfig {
+        initial_revision: 9_000,
+        ..Default::default()
+    });
+    high.apply(Entry::Initialize { revision: 1_000 }).unwrap();
+    assert_eq!(high.current_revision(), 9_001);
+}
