@@ -19,6 +19,8 @@
 //! apply               the one write path: every mutation is an Entry
 //! alarms              NOSPACE/CORRUPT alarms and what they forbid
 //! leases              every lease rule, through the apply path
+//! image, initial      the whole state as data (cluster snapshots); the
+//!                     cluster's initial-revision entry
 //! ```
 //! See [`Store`] (`store.rs`) for the concurrency design and `apply.rs` for
 //! the write path a replicated log will call.
