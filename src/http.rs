@@ -72,10 +72,12 @@ pub fn router(shared: Shared) -> Router {
             get(move || {
                 let s = metrics_shared.clone();
                 async move {
-                    (
-                        [("content-type", "text/plain; version=0.0.4")],
-                        s.metrics.render(&s.store),
-                    )
+                    let mut text = s.metrics.render(&s.store);
+                    // A cluster member adds its Raft log's bounds.
+                    if let Some(node) = s.proposer.node() {
+                        text.push_str(&node.status().log().render());
+                    }
+                    ([("content-type", "text/plain; version=0.0.4")], text)
                 }
             }),
         )

@@ -12,7 +12,8 @@ use super::auth_change;
 use crate::auth::AuthInfo;
 use crate::mvcc::{AlarmAction, Entry};
 use crate::proto::ephd::internal::{
-    raft_entry::Request, AuthorizedBy, LeaseCheckpoint, LeaseCheckpoints, RaftEntry,
+    raft_entry::Request, AuthorizedBy, InitialRevision, LeaseCheckpoint, LeaseCheckpoints,
+    RaftEntry,
 };
 use crate::proto::etcdserverpb as pb;
 use crate::proto::nesting;
@@ -64,6 +65,7 @@ pub fn encode(proposer: u64, proposal: u64, term: u64, entry: Entry) -> Vec<u8> 
                 .map(|(id, remaining_ms)| LeaseCheckpoint { id, remaining_ms })
                 .collect(),
         }),
+        Entry::Initialize { revision } => Request::InitialRevision(InitialRevision { revision }),
         Entry::Alarm {
             action,
             member_id,
@@ -114,6 +116,9 @@ pub fn decode(data: Bytes) -> Result<Proposal, String> {
                 .into_iter()
                 .map(|c| (c.id, c.remaining_ms))
                 .collect(),
+        },
+        Some(Request::InitialRevision(r)) => Entry::Initialize {
+            revision: r.revision,
         },
         Some(Request::Alarm(r)) => Entry::Alarm {
             action: match r.action {
@@ -255,6 +260,9 @@ mod tests {
             Entry::LeaseRevoke { id: 99 },
             Entry::LeaseCheckpoint {
                 checkpoints: vec![(99, 1500), (7, -1)],
+            },
+            Entry::Initialize {
+                revision: 1_700_000_000_000_000,
             },
             Entry::Alarm {
                 action: AlarmAction::Get,

@@ -20,7 +20,6 @@
 use super::node::{Input, Node};
 use crate::error::Error;
 use futures::future::{Either, Ready};
-use raft::storage::MemStorage;
 use raft::{RawNode, StateRole};
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -65,7 +64,7 @@ fn transfer_timeout() -> Status {
 /// On the Raft thread: starts a leader transfer to `to`, or to the voter
 /// whose log matches the leader's furthest when `to` is `None`. Raft
 /// ignores it on a follower, and aborts it after an election timeout.
-pub(super) fn transfer(raw: &mut RawNode<MemStorage>, to: Option<u64>) {
+pub(super) fn transfer<S: raft::Storage>(raw: &mut RawNode<S>, to: Option<u64>) {
     if raw.raft.state != StateRole::Leader {
         return;
     }

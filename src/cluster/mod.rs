@@ -12,6 +12,8 @@
 //!   members, over a small gRPC service on the peer listener.
 //! * `entry.rs`: a store entry as the bytes of a log entry
 //!   (`auth_change.rs`: an auth change's part).
+//! * `catchup.rs` and `snapshot.rs`: the bounded log, and snapshots of the
+//!   whole store for followers behind it.
 //! * `logger.rs`: raft's log lines into `tracing`.
 //! * `leadership.rs`: MoveLeader, the hand-over on SIGTERM, `hasleader`.
 //! * `lease_forward.rs`: keep-alives answered by the leader, term-checked
@@ -19,14 +21,17 @@
 
 mod auth_change;
 mod authorized;
+mod catchup;
 pub mod entry;
 pub mod leadership;
 pub mod lease_forward;
 mod logger;
 mod node;
 mod peers;
+pub mod snapshot;
 mod transport;
 
+pub use catchup::{LogCounters, DEFAULT_CATCHUP_ENTRIES, DEFAULT_SNAPSHOT_COUNT};
 pub use node::{Node, RaftStatus};
 pub use peers::MAX_BATCH_BYTES;
 pub use transport::PeerService;

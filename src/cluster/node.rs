@@ -11,6 +11,7 @@
 //!   the result of each entry this member proposed to the request waiting
 //!   for it.
 
+use super::catchup::{self, CatchUp, LogCounters, LogStore, Work};
 use super::entry;
 use super::logger;
 use super::peers::Peers;
@@ -20,7 +21,7 @@ use crate::mvcc::{Applied, Entry, Store};
 use bytes::Bytes;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError};
 use parking_lot::Mutex;
-use raft::prelude::{Entry as LogEntry, EntryType, Message};
+use raft::prelude::{EntryType, Message};
 use raft::storage::MemStorage;
 use raft::{RawNode, ReadOnlyOption, StateRole};
 use std::collections::HashMap;
@@ -52,6 +53,10 @@ pub(super) enum Input {
     /// Hand leadership to this member, or to the most caught-up voter
     /// (see `leadership.rs`).
     TransferLeader(Option<u64>),
+    /// The apply thread's snapshot at `index` is encoded (`catchup.rs`).
+    SnapshotBuilt { index: u64, term: u64, data: Bytes },
+    /// A snapshot sent to peer `to` was delivered, or failed.
+    SnapshotStatus { to: u64, ok: bool },
     /// Stop the thread.
     Stop,
 }
@@ -65,6 +70,7 @@ pub struct RaftStatus {
     committed: AtomicU64,
     applied: AtomicU64,
     is_leader: AtomicBool,
+    log: Arc<LogCounters>,
 }
 
 impl RaftStatus {
@@ -91,6 +97,11 @@ impl RaftStatus {
     /// The highest log index applied to the store.
     pub fn applied(&self) -> u64 {
         self.applied.load(Ordering::Relaxed)
+    }
+
+    /// The in-memory log's bounds and snapshot counters.
+    pub fn log(&self) -> &LogCounters {
+        &self.log
     }
 }
 
@@ -168,7 +179,7 @@ impl Node {
     ) -> std::result::Result<Arc<Node>, String> {
         let id = config.member_id();
         let voters: Vec<u64> = config.members.iter().map(|m| m.id).collect();
-        let storage = MemStorage::new_with_conf_state((voters, Vec::<u64>::new()));
+        let storage = LogStore::new(MemStorage::new_with_conf_state((voters, Vec::<u64>::new())));
         let raft_config = raft::Config {
             id,
             heartbeat_tick: 1,
@@ -185,8 +196,8 @@ impl Node {
             .map_err(|e| format!("raft settings: {e}"))?;
         let raw = RawNode::new(&raft_config, storage, &logger::logger())
             .map_err(|e| format!("cannot start raft: {e}"))?;
-        let peers = Peers::start(config, id)?;
         let (inbox, inputs) = crossbeam_channel::bounded(INBOX);
+        let peers = Peers::start(config, id, inbox.clone())?;
         let (to_apply, committed) = crossbeam_channel::unbounded();
         let waiters = Arc::new(Waiters::default());
         let reads = Arc::new(Waiters::default());
@@ -201,6 +212,11 @@ impl Node {
             reads: reads.clone(),
             status: status.clone(),
             tick: config.heartbeat,
+            catchup: CatchUp::new(
+                config.snapshot_count,
+                config.catchup_entries,
+                status.log.clone(),
+            ),
         };
         let raft_thread = std::thread::Builder::new()
             .name("ephd-raft".into())
@@ -213,6 +229,8 @@ impl Node {
             waiters: waiters.clone(),
             status: status.clone(),
             applied: applied.clone(),
+            inbox: inbox.clone(),
+            term: 0,
         };
         let apply_thread = std::thread::Builder::new()
             .name("ephd-apply".into())
@@ -352,14 +370,15 @@ impl Node {
 
 /// The Raft thread's state.
 struct RaftLoop {
-    raw: RawNode<MemStorage>,
+    raw: RawNode<LogStore>,
     inputs: Receiver<Input>,
     peers: Peers,
-    to_apply: Sender<Vec<LogEntry>>,
+    to_apply: Sender<Work>,
     waiters: Arc<Waiters<Result<Applied>>>,
     reads: Arc<Waiters<u64>>,
     status: Arc<RaftStatus>,
     tick: Duration,
+    catchup: CatchUp,
 }
 
 impl RaftLoop {
@@ -397,6 +416,12 @@ impl RaftLoop {
                 }
             }
             self.on_ready();
+            for to in self.peers.take_undelivered() {
+                self.catchup.delivered(&mut self.raw, to, false);
+            }
+            let applied = self.status.applied();
+            self.catchup
+                .after_round(&mut self.raw, applied, &self.to_apply);
             self.publish();
         }
     }
@@ -419,6 +444,10 @@ impl RaftLoop {
             }
             Input::ReadIndex { ctx } => self.raw.read_index(ctx.to_be_bytes().to_vec()),
             Input::TransferLeader(to) => super::leadership::transfer(&mut self.raw, to),
+            Input::SnapshotBuilt { index, term, data } => {
+                self.catchup.built(&self.raw, index, term, data)
+            }
+            Input::SnapshotStatus { to, ok } => self.catchup.delivered(&mut self.raw, to, ok),
             Input::Stop => return false,
         }
         true
@@ -439,8 +468,8 @@ impl RaftLoop {
             }
         }
         if !rd.snapshot().is_empty() {
-            // Snapshots are not built yet: no member sends one.
-            tracing::error!("raft delivered a snapshot, which ephd does not make yet");
+            let snap = rd.snapshot().clone();
+            self.catchup.received(&mut self.raw, snap, &self.to_apply);
         }
         self.apply(rd.take_committed_entries());
         if !rd.entries().is_empty() {
@@ -466,12 +495,12 @@ impl RaftLoop {
     }
 
     /// Hands committed entries to the apply thread, in order.
-    fn apply(&self, entries: Vec<LogEntry>) {
+    fn apply(&self, entries: Vec<raft::prelude::Entry>) {
         if let Some(last) = entries.last() {
             self.status
                 .committed
                 .store(last.get_index(), Ordering::Relaxed);
-            let _ = self.to_apply.send(entries);
+            let _ = self.to_apply.send(Work::Entries(entries));
         }
     }
 
@@ -492,17 +521,41 @@ struct Applier {
     waiters: Arc<Waiters<Result<Applied>>>,
     status: Arc<RaftStatus>,
     applied: Arc<watch::Sender<u64>>,
+    /// Where a captured snapshot goes once encoded.
+    inbox: Sender<Input>,
+    /// The term of the last applied entry.
+    term: u64,
 }
 
 impl Applier {
-    fn run(self, committed: Receiver<Vec<LogEntry>>) {
-        for batch in committed {
+    fn run(mut self, committed: Receiver<Work>) {
+        for work in committed {
+            let batch = match work {
+                Work::Entries(batch) => batch,
+                Work::Install(snap) => {
+                    let index = catchup::install(&self.store, &snap, self.status.log());
+                    self.term = snap.get_metadata().term;
+                    self.status.applied.store(index, Ordering::Relaxed);
+                    self.applied.send_replace(index);
+                    continue;
+                }
+                Work::Capture => {
+                    let index = self.status.applied();
+                    catchup::capture(&self.store, index, self.term, self.inbox.clone());
+                    continue;
+                }
+            };
             for mut e in batch {
+                if e.get_index() <= self.status.applied() {
+                    // Already in an installed snapshot.
+                    continue;
+                }
                 if e.get_entry_type() == EntryType::EntryNormal && !e.get_data().is_empty() {
                     self.apply_one(e.get_index(), e.get_term(), e.take_data());
                 }
                 // Empty entries (a new leader's first) and configuration
                 // changes (none yet) change nothing in the store.
+                self.term = e.get_term();
                 self.status.applied.store(e.get_index(), Ordering::Relaxed);
             }
             self.applied.send_replace(self.status.applied());

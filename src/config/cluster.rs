@@ -53,6 +53,12 @@ pub struct ClusterConfig {
     pub heartbeat: Duration,
     /// `--election-timeout`.
     pub election: Duration,
+    /// `--snapshot-count`: entries applied between two compactions of the
+    /// in-memory Raft log.
+    pub snapshot_count: u64,
+    /// `--experimental-snapshot-catchup-entries`: entries a compaction
+    /// keeps for slow followers; one further behind gets a snapshot.
+    pub catchup_entries: u64,
     /// Peer TLS (`--peer-cert-file` and friends), when the peer URLs are
     /// `https://`.
     pub peer_tls: Option<PeerTls>,
@@ -164,6 +170,8 @@ pub(super) struct Flags<'a> {
     pub heartbeat_ms: Option<&'a str>,
     pub election_ms: Option<&'a str>,
     pub force_new_cluster: Option<&'a str>,
+    pub snapshot_count: Option<&'a str>,
+    pub catchup_entries: Option<&'a str>,
     pub peer_cert_file: Option<&'a str>,
     pub peer_key_file: Option<&'a str>,
     pub peer_trusted_ca_file: Option<&'a str>,
@@ -302,6 +310,23 @@ pub(super) fn build(
              {MAX_ELECTION_MS}ms"
         ));
     }
+    let count = |v: Option<&str>, default: u64, flag: &str| match v {
+        None => Ok(default),
+        Some(v) => match v.trim().parse::<u64>() {
+            Ok(n) if n > 0 => Ok(n),
+            _ => Err(format!("--{flag} {v:?} must be a number above 0")),
+        },
+    };
+    let snapshot_count = count(
+        flags.snapshot_count,
+        crate::cluster::DEFAULT_SNAPSHOT_COUNT,
+        "snapshot-count",
+    )?;
+    let catchup_entries = count(
+        flags.catchup_entries,
+        crate::cluster::DEFAULT_CATCHUP_ENTRIES,
+        "experimental-snapshot-catchup-entries",
+    )?;
     let Some((_, own_urls)) = members.iter().find(|(n, _)| n == name) else {
         return Err(format!(
             "couldn't find local name {name:?} in the initial cluster configuration"
@@ -349,6 +374,8 @@ pub(super) fn build(
         heartbeat: Duration::from_millis(heartbeat),
         election: Duration::from_millis(election),
         peer_tls,
+        snapshot_count,
+        catchup_entries,
     })
 }
 

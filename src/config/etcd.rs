@@ -88,6 +88,11 @@ pub(super) const COMPAT: &[Compat] = &[
         ),
     ),
     c(
+        "experimental-snapshot-catchup-entries",
+        Kind::Uint,
+        Effect::Ignored(NO_RAFT),
+    ),
+    c(
         "max-snapshots",
         Kind::Uint,
         Effect::Ignored("ephd keeps its two newest snapshots"),
@@ -408,6 +413,8 @@ const CLUSTER_FLAGS: &[&str] = &[
     "heartbeat-interval",
     "election-timeout",
     "force-new-cluster",
+    "snapshot-count",
+    "experimental-snapshot-catchup-entries",
     "peer-cert-file",
     "peer-key-file",
     "peer-client-cert-auth",
@@ -487,6 +494,8 @@ pub(super) fn judge(
         peer_key_file: flag("peer-key-file"),
         peer_trusted_ca_file: flag("peer-trusted-ca-file"),
         peer_client_cert_auth: flag("peer-client-cert-auth"),
+        snapshot_count: flag("snapshot-count"),
+        catchup_entries: flag("experimental-snapshot-catchup-entries"),
     };
     let config = cluster::build(member, members, &flags)?;
     Ok((warnings, Some(config)))

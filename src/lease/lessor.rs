@@ -247,6 +247,16 @@ impl Lessor {
         }
     }
 
+    /// Forgets every lease (a cluster member installing a snapshot, which
+    /// then restores its leases).
+    pub fn clear(&self) {
+        let mut inner = self.inner.lock();
+        inner.leases.clear();
+        inner.deadlines.clear();
+        inner.unarmed.clear();
+        self.has_unarmed.store(false, Ordering::Release);
+    }
+
     /// Restores a lease with a known remaining time (persistence).
     pub fn restore(&self, id: i64, ttl: i64, remaining: Duration, keys: Vec<Bytes>, now: Instant) {
         let mut inner = self.inner.lock();

@@ -76,6 +76,13 @@ impl Alarms {
         out
     }
 
+    /// Clears every alarm (installing a snapshot image, which then raises
+    /// its own).
+    pub(crate) fn clear(&self) {
+        self.raised.lock().clear();
+        self.effects.store(0, Ordering::Release);
+    }
+
     /// Every raised alarm, in (type, member) order.
     pub(crate) fn all(&self) -> Vec<AlarmMember> {
         Self::get(&self.raised.lock(), ALARM_NONE)

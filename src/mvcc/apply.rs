@@ -17,6 +17,7 @@
 
 use super::alarms;
 use super::entry::{Applied, Entry};
+use super::initial::COMPACT_REV_KEY;
 use super::store::Store;
 use super::types::*;
 use super::validate;
@@ -102,6 +103,29 @@ impl Store {
                 }
                 let revision = self.current_revision();
                 Ok((Applied::LeaseCheckpoint { revision }, 0))
+            }
+            Entry::Initialize { revision } => {
+                // Initialized already (a second leader proposed too): no
+                // second jump, which would drop the history in between.
+                let key = bytes::Bytes::from_static(COMPACT_REV_KEY.as_bytes());
+                let present = self.range(&RangeRequest {
+                    key: key.clone(),
+                    count_only: true,
+                    ..Default::default()
+                })?;
+                if present.count > 0 {
+                    let revision = self.current_revision();
+                    return Ok((Applied::Initialize { revision }, 0));
+                }
+                self.bump_to(revision)?;
+                let put = PutRequest {
+                    key,
+                    value: bytes::Bytes::from(revision.to_string()),
+                    ..Default::default()
+                };
+                let (resp, at) = self.write_txn(&one_op(RequestOp::Put(put)))?;
+                let revision = resp.revision;
+                Ok((Applied::Initialize { revision }, at))
             }
             Entry::Alarm {
                 action,

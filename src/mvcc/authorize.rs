@@ -40,8 +40,11 @@ impl Store {
             }
             Entry::Auth(AuthOp::Authenticate { .. }) => Ok(()),
             Entry::Auth(_) => auth.check_admin(Some(by)),
-            // etcd 3.4 checks no permission for these.
+            // etcd 3.4 checks no permission for these (a lease checkpoint
+            // is the leader's own entry, never a client's).
             Entry::Compact { .. }
+            | Entry::LeaseCheckpoint { .. }
+            | Entry::Initialize { .. }
             | Entry::LeaseGrant { .. }
             | Entry::Alarm { .. }
             | Entry::Authorized { .. } => Ok(()),

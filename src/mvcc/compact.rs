@@ -33,7 +33,7 @@ impl Store {
         Ok(self.current_revision())
     }
 
-    fn prune_history(&self, rev: i64) {
+    pub(super) fn prune_history(&self, rev: i64) {
         let mut from: Option<Bytes> = None;
         loop {
             let _all = self.range_writers().write();

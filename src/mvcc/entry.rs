@@ -44,6 +44,17 @@ pub enum Entry {
         /// (lease ID, milliseconds left; negative: the full TTL).
         checkpoints: Vec<(i64, i64)>,
     },
+    /// Start the store at `revision` (a cluster's first leader chooses it,
+    /// so a new cluster's revisions start above any an earlier incarnation
+    /// could have issued, as a single member's do). Unless the store holds
+    /// `compact_rev_key` already (then nothing changes, so a second
+    /// proposal, a later leader's, is harmless): when the store is below
+    /// `revision` it jumps there, everything below reading as compacted,
+    /// and `compact_rev_key` is created.
+    Initialize {
+        /// The initial revision.
+        revision: i64,
+    },
     /// Raise, clear or list alarms.
     Alarm {
         /// What to do.
@@ -101,6 +112,11 @@ pub enum Applied {
     },
     /// Result of [`Entry::LeaseCheckpoint`]: the current revision.
     LeaseCheckpoint {
+        /// The header revision.
+        revision: i64,
+    },
+    /// Result of [`Entry::Initialize`]: the current revision afterwards.
+    Initialize {
         /// The header revision.
         revision: i64,
     },

@@ -14,7 +14,7 @@ use tokio::sync::watch;
 
 /// One logged event with the revision that produced it. A revision with
 /// several events (a txn, a lease revoke) has consecutive entries.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct LoggedEvent {
     /// The revision.
     pub revision: i64,
@@ -113,6 +113,11 @@ impl EventLog {
             out.push(e.clone());
         }
         (out, false)
+    }
+
+    /// Replaces every retained event (installing a snapshot image).
+    pub(crate) fn replace(&self, events: Vec<LoggedEvent>) {
+        *self.entries.write() = events.into();
     }
 
     /// Drops every revision below `revision` (called by compaction).

@@ -19,6 +19,8 @@
 //! apply               the one write path: every mutation is an Entry
 //! alarms              NOSPACE/CORRUPT alarms and what they forbid
 //! leases              every lease rule, through the apply path
+//! image, initial      the whole state as data (cluster snapshots); the
+//!                     cluster's initial-revision entry
 //! ```
 //! See [`Store`] (`store.rs`) for the concurrency design and `apply.rs` for
 //! the write path a replicated log will call.
@@ -32,7 +34,9 @@ mod compare;
 mod entry;
 mod gosort;
 mod history;
+mod image;
 mod index;
+mod initial;
 mod leases;
 mod locks;
 mod log;
@@ -53,6 +57,8 @@ mod tests;
 pub use alarms::{ALARM_CORRUPT, ALARM_NONE, ALARM_NOSPACE};
 pub use chunk::{RangeChunk, KV_OVERHEAD};
 pub use entry::{Applied, Entry};
+pub use image::{ImageLease, ImageVersion, StoreImage};
+pub use initial::COMPACT_REV_KEY;
 pub use log::{EventLog, LoggedEvent};
 pub use stats::Stats;
 pub use store::{Store, StoreConfig};

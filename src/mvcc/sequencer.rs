@@ -57,6 +57,25 @@ impl Sequencer {
         &self.log
     }
 
+    /// Moves both revisions to `revision` and replaces the change log with
+    /// `events` (installing a snapshot image: the caller holds the store
+    /// exclusively, so no write is in flight). Watchers are woken by the
+    /// caller's publish once the rest of the state is in place.
+    pub(crate) fn reset(&self, revision: i64, events: Vec<super::log::LoggedEvent>) {
+        let mut pending = self.pending.lock();
+        pending.clear();
+        self.log.replace(events);
+        self.allocated.store(revision, Ordering::Release);
+        self.committed.store(revision, Ordering::Release);
+    }
+
+    /// Moves both revisions up to `revision`, keeping the log (the
+    /// initial-revision entry; the caller holds the store exclusively).
+    pub(crate) fn bump(&self, revision: i64) {
+        self.allocated.store(revision, Ordering::Release);
+        self.committed.store(revision, Ordering::Release);
+    }
+
     /// Allocates the next revision. Callers hold the locks of every key they
     /// will write, and are certain to change something.
     pub(crate) fn next(&self) -> Ticket<'_> {

@@ -287,10 +287,11 @@ pub(super) fn build_store(
 }
 
 /// The store of a cluster member: empty at revision 1, as etcd's, with
-/// nothing written at start (every write must come through the Raft log,
-/// so `compact_rev_key` and revision continuity wait for the entry that
-/// will carry the initial revision; CLUSTER.md). `--data-dir` is refused
-/// in cluster mode, so there is nothing to restore.
+/// nothing written at start (every write must come through the Raft log:
+/// with revision continuity the first leader proposes the initial
+/// revision, which also creates `compact_rev_key`; `initial.rs`).
+/// `--data-dir` is refused in cluster mode, so there is nothing to
+/// restore.
 pub(super) fn build_cluster_store(
     config: &Config,
     member_id: u64,

@@ -4,6 +4,7 @@
 
 mod accept;
 mod bootstrap;
+mod initial;
 pub mod memory;
 mod restore;
 pub mod revisions;
@@ -321,6 +322,9 @@ impl Server {
         });
         let store = self.shared.store.clone();
         let expiry = tokio::spawn(expire_leases(self.shared.clone()));
+        if self.config.revision_continuity {
+            tokio::spawn(initial::propose_initial_revision(self.shared.clone()));
+        }
         // The safety net runs unless auto-compaction is configured or it is
         // set to 0; an exact-etcd mode would turn it off here.
         let policy = CompactionPolicy::from_flags(

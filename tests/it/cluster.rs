@@ -21,8 +21,14 @@ use crate::harness::{ClusterMember, EphdCluster, Server};
 use crate::support::within;
 
 /// Faster than etcd's defaults (100 ms, 1 s) so elections take less test
-/// time; still the 1:5 ratio etcd requires at least.
-pub(crate) const TIMING: &[&str] = &["--heartbeat-interval=50", "--election-timeout=500"];
+/// time; still the 1:5 ratio etcd requires at least. Revisions start at 1
+/// as in etcd, so these tests see only their own keys (the initial
+/// revision and `compact_rev_key` are tested in `cluster_snapshot.rs`).
+pub(crate) const TIMING: &[&str] = &[
+    "--heartbeat-interval=50",
+    "--election-timeout=500",
+    "--revision-continuity=false",
+];
 
 /// How long a leader election or the spread of a write may take at most.
 const SETTLE: Duration = Duration::from_secs(15);

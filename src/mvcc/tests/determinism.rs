@@ -117,7 +117,7 @@ fn random_txn(rng: &mut StdRng, store: &Store, depth: u32) -> TxnRequest {
     }
 }
 
-fn random_entry(rng: &mut StdRng, store: &Store) -> Entry {
+pub(super) fn random_entry(rng: &mut StdRng, store: &Store) -> Entry {
     match rng.random_range(0..22) {
         0..=5 => Entry::Put(random_put(rng)),
         6..=7 => Entry::Delete(DeleteRequest {
@@ -155,7 +155,7 @@ fn random_entry(rng: &mut StdRng, store: &Store) -> Entry {
 }
 
 /// The lease table, without anything a clock would change.
-fn leases(store: &Store) -> Vec<(i64, i64, Vec<bytes::Bytes>)> {
+pub(super) fn leases(store: &Store) -> Vec<(i64, i64, Vec<bytes::Bytes>)> {
     let now = Instant::now();
     store
         .lessor()
@@ -165,12 +165,12 @@ fn leases(store: &Store) -> Vec<(i64, i64, Vec<bytes::Bytes>)> {
         .collect()
 }
 
-fn log(store: &Store) -> Vec<(i64, Event)> {
+pub(super) fn log(store: &Store) -> Vec<(i64, Event)> {
     let (_, events, _) = store.read_log(0, usize::MAX, usize::MAX);
     events.into_iter().map(|e| (e.revision, e.event)).collect()
 }
 
-fn assert_same_state(a: &Store, b: &Store, step: usize) {
+pub(super) fn assert_same_state(a: &Store, b: &Store, step: usize) {
     assert_eq!(a.current_revision(), b.current_revision(), "step {step}");
     assert_eq!(
         a.compacted_revision(),

@@ -2,6 +2,7 @@
 //! and store-level semantics (compaction, the change log, leases).
 
 mod determinism;
+mod image;
 mod quota;
 mod semantics;
 

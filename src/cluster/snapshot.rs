@@ -1,0 +1,446 @@
+//! The state-machine snapshot a cluster member sends a follower that is
+//! further behind than the leader's Raft log reaches: the whole MVCC state
+//! ([`StoreImage`]: every key's history since the last compaction, the
+//! change log, the compacted and current revisions, leases with their
+//! remaining time, alarms) plus opaque sections for the state other parts
+//! of cluster mode replicate (membership, auth).
+//!
+//! # Format
+//! `EPHDRAFT1\n`, then records framed like `--data-dir` snapshots
+//! (`persist`): `[len: u32 LE][crc32 of body: u32 LE][body]`, `body =
+//! [kind: u8][protobuf payload]`. One meta record first (revisions, the
+//! Raft index and term it was taken at), then key histories in strictly
+//! ascending key order, change-log events in log order, leases, alarms,
+//! the optional members and auth sections, and an end record with the
+//! number of records before it, the CRC-32 of every byte before it and
+//! that byte count. Nothing may follow it.
+//!
+//! Decoding is all or nothing, as for `--data-dir` snapshots: any damage,
+//! any record that breaks the store's invariants (keys out of order,
+//! revisions above the snapshot's, an event below its compaction) or an
+//! unknown kind makes the whole snapshot an error; the store is touched
+//! only with a snapshot that decoded whole.
+
+use crate::mvcc::{AlarmMember, Event, EventKind, ImageLease, ImageVersion, KeyValue, StoreImage};
+use crate::mvcc::{Kv, LoggedEvent};
+use crate::proto::mvccpb;
+use bytes::Bytes;
+use prost::Message;
+use std::sync::Arc;
+
+const MAGIC: &[u8; 10] = b"EPHDRAFT1\n";
+const KIND_META: u8 = 1;
+const KIND_KEY: u8 = 2;
+const KIND_EVENT: u8 = 3;
+const KIND_LEASE: u8 = 4;
+const KIND_ALARM: u8 = 5;
+const KIND_MEMBERS: u8 = 6;
+const KIND_AUTH: u8 = 7;
+const KIND_END: u8 = 0xff;
+/// Largest record: one key's history or one event (a key-value is at most
+/// `--max-request-bytes`, but a history holds many versions).
+const MAX_RECORD: usize = 256 << 20;
+
+/// State of cluster mode kept outside the MVCC store, carried opaquely.
+///
+/// HOOKS for the coordinator: membership (`cluster/membership.rs`) fills
+/// `members` with its encoded member list when a snapshot is taken and
+/// restores from it when one is installed; the auth store fills `auth`
+/// likewise. Both are carried and checksummed here, never interpreted.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Sections {
+    /// The encoded member list (hook: membership).
+    pub members: Option<Vec<u8>>,
+    /// The encoded auth state: users, roles, enabled flag, auth revision
+    /// (hook: auth).
+    pub auth: Option<Vec<u8>>,
+}
+
+/// A decoded snapshot.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Snapshot {
+    /// The Raft index the state was captured at.
+    pub raft_index: u64,
+    /// The Raft term of that index.
+    pub raft_term: u64,
+    /// The MVCC state.
+    pub image: StoreImage,
+    /// The opaque sections.
+    pub sections: Sections,
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct Meta {
+    #[prost(int64, tag = "1")]
+    revision: i64,
+    #[prost(int64, tag = "2")]
+    compacted: i64,
+    #[prost(uint64, tag = "3")]
+    applied_count: u64,
+    #[prost(uint64, tag = "4")]
+    raft_index: u64,
+    #[prost(uint64, tag = "5")]
+    raft_term: u64,
+}
+
+/// One key's history; the versions' key-values leave `key` empty (it is
+/// the record's).
+#[derive(Clone, PartialEq, Message)]
+struct KeyRecord {
+    #[prost(bytes = "bytes", tag = "1")]
+    key: Bytes,
+    #[prost(message, repeated, tag = "2")]
+    versions: Vec<VersionRecord>,
+}
+
+/// A version: no key-value for a deletion tombstone.
+#[derive(Clone, PartialEq, Message)]
+struct VersionRecord {
+    #[prost(int64, tag = "1")]
+    revision: i64,
+    #[prost(message, optional, tag = "2")]
+    kv: Option<mvccpb::KeyValue>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct EventRecord {
+    #[prost(int64, tag = "1")]
+    revision: i64,
+    #[prost(message, optional, tag = "2")]
+    event: Option<mvccpb::Event>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct LeaseRecord {
+    #[prost(int64, tag = "1")]
+    id: i64,
+    #[prost(int64, tag = "2")]
+    ttl: i64,
+    #[prost(int64, tag = "3")]
+    remaining_ms: i64,
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct AlarmRecord {
+    #[prost(uint64, tag = "1")]
+    member_id: u64,
+    #[prost(int32, tag = "2")]
+    alarm: i32,
+}
+
+#[derive(Clone, PartialEq, Message)]
+struct End {
+    #[prost(uint64, tag = "1")]
+    records: u64,
+    #[prost(uint32, tag = "2")]
+    digest: u32,
+    #[prost(uint64, tag = "3")]
+    bytes: u64,
+}
+
+fn pb_kv(kv: &KeyValue, with_key: bool) -> mvccpb::KeyValue {
+    mvccpb::KeyValue {
+        key: if with_key {
+            kv.key.clone()
+        } else {
+            Bytes::new()
+        },
+        create_revision: kv.create_revision,
+        mod_revision: kv.mod_revision,
+        version: kv.version,
+        value: kv.value.clone(),
+        lease: kv.lease,
+    }
+}
+
+fn core_kv(kv: mvccpb::KeyValue, key: Option<&Bytes>) -> Kv {
+    Arc::new(KeyValue {
+        key: key.cloned().unwrap_or(kv.key),
+        create_revision: kv.create_revision,
+        mod_revision: kv.mod_revision,
+        version: kv.version,
+        value: kv.value,
+        lease: kv.lease,
+    })
+}
+
+struct Writer {
+    out: Vec<u8>,
+    records: u64,
+}
+
+impl Writer {
+    fn record(&mut self, kind: u8, payload: &[u8]) {
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&[kind]);
+        crc.update(payload);
+        self.out
+            .extend_from_slice(&(payload.len() as u32 + 1).to_le_bytes());
+        self.out.extend_from_slice(&crc.finalize().to_le_bytes());
+        self.out.push(kind);
+        self.out.extend_from_slice(payload);
+        self.records += 1;
+    }
+}
+
+/// Encodes a snapshot (see the module docs for the layout).
+pub fn encode(snap: &Snapshot) -> Vec<u8> {
+    let image = &snap.image;
+    let mut w = Writer {
+        out: MAGIC.to_vec(),
+        records: 0,
+    };
+    let meta = Meta {
+        revision: image.revision,
+        compacted: image.compacted,
+        applied_count: image.applied_count,
+        raft_index: snap.raft_index,
+        raft_term: snap.raft_term,
+    };
+    w.record(KIND_META, &meta.encode_to_vec());
+    for (key, versions) in &image.keys {
+        let rec = KeyRecord {
+            key: key.clone(),
+            versions: versions
+                .iter()
+                .map(|v| VersionRecord {
+                    revision: v.revision,
+                    kv: v.kv.as_deref().map(|kv| pb_kv(kv, false)),
+                })
+                .collect(),
+        };
+        w.record(KIND_KEY, &rec.encode_to_vec());
+    }
+    for e in &image.events {
+        let rec = EventRecord {
+            revision: e.revision,
+            event: Some(mvccpb::Event {
+                r#type: match e.event.kind {
+                    EventKind::Put => 0,
+                    EventKind::Delete => 1,
+                },
+                kv: Some(pb_kv(&e.event.kv, true)),
+                prev_kv: e.event.prev_kv.as_deref().map(|kv| pb_kv(kv, true)),
+            }),
+        };
+        w.record(KIND_EVENT, &rec.encode_to_vec());
+    }
+    for l in &image.leases {
+        let rec = LeaseRecord {
+            id: l.id,
+            ttl: l.ttl,
+            remaining_ms: l.remaining_ms,
+        };
+        w.record(KIND_LEASE, &rec.encode_to_vec());
+    }
+    for a in &image.alarms {
+        let rec = AlarmRecord {
+            member_id: a.member_id,
+            alarm: a.alarm,
+        };
+        w.record(KIND_ALARM, &rec.encode_to_vec());
+    }
+    if let Some(m) = &snap.sections.members {
+        w.record(KIND_MEMBERS, m);
+    }
+    if let Some(a) = &snap.sections.auth {
+        w.record(KIND_AUTH, a);
+    }
+    let end = End {
+        records: w.records,
+        digest: crc32fast::hash(&w.out),
+        bytes: w.out.len() as u64,
+    };
+    w.record(KIND_END, &end.encode_to_vec());
+    w.out
+}
+
+/// Reads records off a byte slice.
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn record(&mut self, n: u64) -> Result<(u8, &'a [u8]), String> {
+        let at = self.at;
+        let head = self
+            .bytes
+            .get(at..at + 8)
+            .ok_or_else(|| format!("cut short before record {n} at byte {at}"))?;
+        let len = u32::from_le_bytes(head[..4].try_into().expect("4 bytes")) as usize;
+        let crc = u32::from_le_bytes(head[4..].try_into().expect("4 bytes"));
+        if len == 0 || len > MAX_RECORD {
+            return Err(format!(
+                "record {n} at byte {at} has an impossible length {len}"
+            ));
+        }
+        let body = self
+            .bytes
+            .get(at + 8..at + 8 + len)
+            .ok_or_else(|| format!("record {n} at byte {at} is incomplete"))?;
+        if crc32fast::hash(body) != crc {
+            return Err(format!("record {n} at byte {at} fails its checksum"));
+        }
+        self.at = at + 8 + len;
+        Ok((body[0], &body[1..]))
+    }
+}
+
+fn bad(n: u64, what: &str, e: prost::DecodeError) -> String {
+    format!("record {n} ({what}) passes its checksum but does not decode: {e}")
+}
+
+/// Decodes a snapshot, all or nothing (see the module docs); the error
+/// says what is wrong and where.
+pub fn decode(bytes: &[u8]) -> Result<Snapshot, String> {
+    if bytes.get(..MAGIC.len()) != Some(MAGIC.as_slice()) {
+        return Err("not an ephd raft snapshot (bad header)".into());
+    }
+    let mut r = Reader {
+        bytes,
+        at: MAGIC.len(),
+    };
+    let (kind, payload) = r.record(0)?;
+    if kind != KIND_META {
+        return Err(format!("record 0 is of kind {kind}, not the meta record"));
+    }
+    let meta = Meta::decode(payload).map_err(|e| bad(0, "meta", e))?;
+    let (rev, compacted) = (meta.revision, meta.compacted);
+    if rev < 1 || !(compacted == -1 || (1..=rev).contains(&compacted)) {
+        return Err(format!(
+            "impossible revisions: current {rev}, compacted {compacted}"
+        ));
+    }
+    let mut snap = Snapshot {
+        raft_index: meta.raft_index,
+        raft_term: meta.raft_term,
+        image: StoreImage {
+            revision: rev,
+            compacted,
+            applied_count: meta.applied_count,
+            ..Default::default()
+        },
+        sections: Sections::default(),
+    };
+    let image = &mut snap.image;
+    let mut n = 1u64;
+    loop {
+        let start = r.at;
+        let (kind, payload) = r.record(n)?;
+        match kind {
+            KIND_KEY => {
+                let rec = KeyRecord::decode(payload).map_err(|e| bad(n, "key", e))?;
+                if image.keys.last().is_some_and(|(k, _)| *k >= rec.key) {
+                    return Err(format!("record {n}: keys out of order"));
+                }
+                let mut versions = Vec::with_capacity(rec.versions.len());
+                let mut last = 0;
+                for v in rec.versions {
+                    if v.revision <= last || v.revision > rev {
+                        return Err(format!(
+                            "record {n}: version at impossible revision {}",
+                            v.revision
+                        ));
+                    }
+                    last = v.revision;
+                    if let Some(kv) = &v.kv {
+                        if kv.mod_revision != v.revision
+                            || !(1 <= kv.create_revision && kv.create_revision <= kv.mod_revision)
+                            || kv.version < 1
+                        {
+                            return Err(format!("record {n}: impossible key-value revisions"));
+                        }
+                    }
+                    versions.push(ImageVersion {
+                        revision: v.revision,
+                        kv: v.kv.map(|kv| core_kv(kv, Some(&rec.key))),
+                    });
+                }
+                if versions.is_empty() {
+                    return Err(format!("record {n}: a key without versions"));
+                }
+                image.keys.push((rec.key, versions));
+            }
+            KIND_EVENT => {
+                let rec = EventRecord::decode(payload).map_err(|e| bad(n, "event", e))?;
+                let event = rec.event.unwrap_or_default();
+                let kind = match event.r#type {
+                    0 => EventKind::Put,
+                    1 => EventKind::Delete,
+                    t => return Err(format!("record {n}: unknown event type {t}")),
+                };
+                let prev = image.events.last().map_or(i64::MIN, |e| e.revision);
+                let kv = event
+                    .kv
+                    .ok_or_else(|| format!("record {n}: an event without a key"))?;
+                if rec.revision < prev
+                    || rec.revision > rev
+                    || rec.revision < compacted
+                    || kv.mod_revision != rec.revision
+                {
+                    return Err(format!(
+                        "record {n}: event at impossible revision {}",
+                        rec.revision
+                    ));
+                }
+                image.events.push(LoggedEvent {
+                    revision: rec.revision,
+                    event: Event {
+                        kind,
+                        kv: core_kv(kv, None),
+                        prev_kv: event.prev_kv.map(|kv| core_kv(kv, None)),
+                    },
+                });
+            }
+            KIND_LEASE => {
+                let l = LeaseRecord::decode(payload).map_err(|e| bad(n, "lease", e))?;
+                image.leases.push(ImageLease {
+                    id: l.id,
+                    ttl: l.ttl,
+                    remaining_ms: l.remaining_ms,
+                });
+            }
+            KIND_ALARM => {
+                let a = AlarmRecord::decode(payload).map_err(|e| bad(n, "alarm", e))?;
+                image.alarms.push(AlarmMember {
+                    member_id: a.member_id,
+                    alarm: a.alarm,
+                });
+            }
+            KIND_MEMBERS | KIND_AUTH => {
+                let slot = if kind == KIND_MEMBERS {
+                    &mut snap.sections.members
+                } else {
+                    &mut snap.sections.auth
+                };
+                if slot.replace(payload.to_vec()).is_some() {
+                    return Err(format!("record {n}: a second section of kind {kind}"));
+                }
+            }
+            KIND_END => {
+                let end = End::decode(payload).map_err(|e| bad(n, "end", e))?;
+                if end.records != n {
+                    return Err(format!(
+                        "the end record counts {} records, the snapshot has {n}",
+                        end.records
+                    ));
+                }
+                if end.bytes != start as u64 || end.digest != crc32fast::hash(&bytes[..start]) {
+                    return Err("the whole-snapshot checksum does not match".into());
+                }
+                if r.at != bytes.len() {
+                    return Err(format!("bytes follow the end record at byte {}", r.at));
+                }
+                return Ok(snap);
+            }
+            KIND_META => return Err(format!("record {n} is a second meta record")),
+            other => {
+                return Err(format!(
+                    "record {n} is of unknown kind {other} (written by a newer ephd?)"
+                ))
+            }
+        }
+        n += 1;
+    }
+}
