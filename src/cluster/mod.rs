@@ -11,16 +11,26 @@
 //! * `peers.rs` and `transport.rs`: Raft messages to and from the other
 //!   members, over a small gRPC service on the peer listener.
 //! * `entry.rs`: a store entry as the bytes of a log entry.
+//! * `membership.rs`: the members as replicated state, changed by conf
+//!   change entries; `reconfig.rs`: the Cluster API's changes and their
+//!   checks; `join.rs`: how a member starts (new or joining) and the peer
+//!   service that answers starting members.
 //! * `logger.rs`: raft's log lines into `tracing`.
 
 pub mod entry;
+mod join;
 mod logger;
+pub mod membership;
 mod node;
 mod peers;
+mod reconfig;
 mod transport;
 
+pub use join::{bootstrap, membership_service, MembershipService};
+pub use membership::{MemberInfo, Membership};
 pub use node::{Node, RaftStatus};
 pub use peers::MAX_BATCH_BYTES;
+pub use reconfig::{check_urls, Boot, Progress};
 pub use transport::PeerService;
 
 use crate::error::{Error, Result};

@@ -13,14 +13,15 @@
 
 use super::entry;
 use super::logger;
-use super::peers::Peers;
+use super::peers::{PeerChange, Peers};
+use super::reconfig::{self, Boot, Members};
 use crate::config::ClusterConfig;
 use crate::error::{Error, Result};
 use crate::mvcc::{Applied, Entry, Store};
 use bytes::Bytes;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError};
 use parking_lot::Mutex;
-use raft::prelude::{Entry as LogEntry, EntryType, Message};
+use raft::prelude::{ConfChange, Entry as LogEntry, EntryType, Message};
 use raft::storage::MemStorage;
 use raft::{RawNode, ReadOnlyOption, StateRole};
 use std::collections::HashMap;
@@ -49,6 +50,14 @@ pub(super) enum Input {
     Propose { proposal: u64, data: Vec<u8> },
     /// A ReadIndex request of this member, with its number.
     ReadIndex { ctx: u64 },
+    /// A membership change of this member, with its number (`reconfig.rs`).
+    ProposeConf { proposal: u64, cc: ConfChange },
+    /// A committed membership change the apply thread found valid: what
+    /// Raft's configuration and the peer connections do for it.
+    ApplyConf { cc: ConfChange, peer: PeerChange },
+    /// The leader's view of how far each member has replicated (`None` on
+    /// a member that is not the leader).
+    Progress(oneshot::Sender<Option<reconfig::Progress>>),
     /// Stop the thread.
     Stop,
 }
@@ -93,7 +102,7 @@ impl RaftStatus {
 
 /// Requests waiting for what Raft answers them (the result of applying
 /// their proposal, or a read index), by number.
-struct Waiters<T>(Mutex<HashMap<u64, oneshot::Sender<T>>>);
+pub(super) struct Waiters<T>(Mutex<HashMap<u64, oneshot::Sender<T>>>);
 
 impl<T> Default for Waiters<T> {
     fn default() -> Self {
@@ -105,7 +114,7 @@ impl<T> Waiters<T> {
     /// Registers a waiter for `number`; it is removed again when the
     /// returned guard drops (the request is done, timed out, or its client
     /// went away), so the map cannot grow with answers that never come.
-    fn wait(&self, number: u64) -> (oneshot::Receiver<T>, Pending<'_, T>) {
+    pub(super) fn wait(&self, number: u64) -> (oneshot::Receiver<T>, Pending<'_, T>) {
         let (tx, rx) = oneshot::channel();
         self.0.lock().insert(number, tx);
         (
@@ -117,7 +126,7 @@ impl<T> Waiters<T> {
         )
     }
 
-    fn finish(&self, number: u64, answer: T) {
+    pub(super) fn finish(&self, number: u64, answer: T) {
         if let Some(w) = self.0.lock().remove(&number) {
             let _ = w.send(answer);
         }
@@ -125,7 +134,7 @@ impl<T> Waiters<T> {
 }
 
 /// See [`Waiters::wait`].
-struct Pending<'a, T> {
+pub(super) struct Pending<'a, T> {
     waiters: &'a Waiters<T>,
     number: u64,
 }
@@ -150,19 +159,23 @@ pub struct Node {
     timeout: Duration,
     election: Duration,
     threads: Mutex<Vec<JoinHandle<()>>>,
+    /// Membership: applied state, waiting changes, peer health.
+    members: Arc<Members>,
 }
 
 impl Node {
     /// Starts the member's Raft and apply threads and its connections to
     /// the other members (tasks on the current tokio runtime). Every member
-    /// of a new cluster starts with the same voters and an empty log.
+    /// starts with the configuration the cluster's log starts from (the
+    /// initial cluster) and an empty log; a joining member replays the log
+    /// from there.
     pub fn start(
         config: &ClusterConfig,
         store: Arc<Store>,
+        boot: Boot,
     ) -> std::result::Result<Arc<Node>, String> {
-        let id = config.member_id();
-        let voters: Vec<u64> = config.members.iter().map(|m| m.id).collect();
-        let storage = MemStorage::new_with_conf_state((voters, Vec::<u64>::new()));
+        let id = boot.id;
+        let storage = MemStorage::new_with_conf_state(boot.initial.conf_state());
         let raft_config = raft::Config {
             id,
             heartbeat_tick: 1,
@@ -179,7 +192,8 @@ impl Node {
             .map_err(|e| format!("raft settings: {e}"))?;
         let raw = RawNode::new(&raft_config, storage, &logger::logger())
             .map_err(|e| format!("cannot start raft: {e}"))?;
-        let peers = Peers::start(config, id);
+        let members = Arc::new(Members::new(&boot, config));
+        let peers = Peers::start(boot.current.members(), id, members.health.clone());
         let (inbox, inputs) = crossbeam_channel::bounded(INBOX);
         let (to_apply, committed) = crossbeam_channel::unbounded();
         let waiters = Arc::new(Waiters::default());
@@ -195,6 +209,7 @@ impl Node {
             reads: reads.clone(),
             status: status.clone(),
             tick: config.heartbeat,
+            members: members.clone(),
         };
         let raft_thread = std::thread::Builder::new()
             .name("ephd-raft".into())
@@ -206,6 +221,8 @@ impl Node {
             waiters: waiters.clone(),
             status: status.clone(),
             applied: applied.clone(),
+            members: members.clone(),
+            inbox: inbox.clone(),
         };
         let apply_thread = std::thread::Builder::new()
             .name("ephd-apply".into())
@@ -218,7 +235,7 @@ impl Node {
             election_ms = config.election.as_millis() as u64,
             "raft member started"
         );
-        Ok(Arc::new(Node {
+        let node = Arc::new(Node {
             id,
             inbox,
             waiters,
@@ -233,7 +250,30 @@ impl Node {
             timeout: Duration::from_secs(5) + 2 * config.election,
             election: config.election,
             threads: Mutex::new(vec![raft_thread, apply_thread]),
-        }))
+            members,
+        });
+        reconfig::publish(&node, boot.name, boot.client_urls);
+        Ok(node)
+    }
+
+    /// Membership's shared state (`reconfig.rs`).
+    pub(super) fn members(&self) -> &Arc<Members> {
+        &self.members
+    }
+
+    /// A new proposal or read number.
+    pub(super) fn next_number(&self) -> u64 {
+        self.next_number.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// How long a proposal may wait for its result.
+    pub(super) fn request_timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// The election timeout.
+    pub(super) fn election_timeout(&self) -> Duration {
+        self.election
     }
 
     /// This member's ID.
@@ -304,7 +344,7 @@ impl Node {
         }
     }
 
-    fn send(&self, input: Input) -> Result<()> {
+    pub(super) fn send(&self, input: Input) -> Result<()> {
         match self.inbox.try_send(input) {
             Ok(()) => Ok(()),
             Err(TrySendError::Full(_)) => Err(Error::TooManyRequests),
@@ -321,6 +361,7 @@ impl Node {
         }
         self.waiters.0.lock().clear();
         self.reads.0.lock().clear();
+        self.members.waiters.0.lock().clear();
     }
 }
 
@@ -334,6 +375,7 @@ struct RaftLoop {
     reads: Arc<Waiters<u64>>,
     status: Arc<RaftStatus>,
     tick: Duration,
+    members: Arc<Members>,
 }
 
 impl RaftLoop {
@@ -393,6 +435,7 @@ impl RaftLoop {
             }
             Input::ReadIndex { ctx } => self.raw.read_index(ctx.to_be_bytes().to_vec()),
             Input::Stop => return false,
+            other => reconfig::take(&mut self.raw, &mut self.peers, &self.members, other),
         }
         true
     }
@@ -465,17 +508,25 @@ struct Applier {
     waiters: Arc<Waiters<Result<Applied>>>,
     status: Arc<RaftStatus>,
     applied: Arc<watch::Sender<u64>>,
+    members: Arc<Members>,
+    inbox: Sender<Input>,
 }
 
 impl Applier {
     fn run(self, committed: Receiver<Vec<LogEntry>>) {
         for batch in committed {
             for mut e in batch {
-                if e.get_entry_type() == EntryType::EntryNormal && !e.get_data().is_empty() {
-                    self.apply_one(e.get_index(), e.take_data());
+                match e.get_entry_type() {
+                    EntryType::EntryNormal if !e.get_data().is_empty() => {
+                        self.apply_one(e.get_index(), e.take_data());
+                    }
+                    EntryType::EntryConfChange => {
+                        reconfig::apply_entry(&self.members, self.id, &self.inbox, e.get_data());
+                    }
+                    // Empty entries (a new leader's first) change nothing;
+                    // ephd proposes no ConfChangeV2.
+                    _ => {}
                 }
-                // Empty entries (a new leader's first) and configuration
-                // changes (none yet) change nothing in the store.
                 self.status.applied.store(e.get_index(), Ordering::Relaxed);
             }
             self.applied.send_replace(self.status.applied());

@@ -22,13 +22,13 @@ use crate::support::within;
 
 /// Faster than etcd's defaults (100 ms, 1 s) so elections take less test
 /// time; still the 1:5 ratio etcd requires at least.
-const TIMING: &[&str] = &["--heartbeat-interval=50", "--election-timeout=500"];
+pub(crate) const TIMING: &[&str] = &["--heartbeat-interval=50", "--election-timeout=500"];
 
 /// How long a leader election or the spread of a write may take at most.
-const SETTLE: Duration = Duration::from_secs(15);
+pub(crate) const SETTLE: Duration = Duration::from_secs(15);
 
 /// (member ID, leader ID, raft term) as member `m` reports them in Status.
-async fn status(m: &ClusterMember) -> Option<(u64, u64, u64)> {
+pub(crate) async fn status(m: &ClusterMember) -> Option<(u64, u64, u64)> {
     let mut client = m.maintenance().await;
     let s = tokio::time::timeout(Duration::from_secs(2), client.status(StatusRequest {}))
         .await
@@ -40,7 +40,7 @@ async fn status(m: &ClusterMember) -> Option<(u64, u64, u64)> {
 
 /// Waits until every running member reports the same leader, which is one
 /// of them (and not `not`); returns the leader's index and its member ID.
-async fn agreed_leader(cluster: &EphdCluster, not: Option<u64>) -> (usize, u64) {
+pub(crate) async fn agreed_leader(cluster: &EphdCluster, not: Option<u64>) -> (usize, u64) {
     let deadline = Instant::now() + SETTLE;
     let mut last = Vec::new();
     while Instant::now() < deadline {
@@ -69,7 +69,7 @@ async fn agreed_leader(cluster: &EphdCluster, not: Option<u64>) -> (usize, u64) 
 /// Puts `key` through `m`, retrying while the member answers that it has
 /// no leader yet (a fresh leader is not known to every member at once);
 /// returns the revision of the put.
-async fn put(m: &ClusterMember, key: &str, value: &str) -> i64 {
+pub(crate) async fn put(m: &ClusterMember, key: &str, value: &str) -> i64 {
     let mut kv = m.kv().await;
     let deadline = Instant::now() + SETTLE;
     loop {
@@ -90,7 +90,7 @@ async fn put(m: &ClusterMember, key: &str, value: &str) -> i64 {
 
 /// A linearizable read of `key` through `m` (its header revision, and the
 /// key if present).
-async fn linearizable_get(m: &ClusterMember, key: &str) -> (i64, Option<KeyValue>) {
+pub(crate) async fn linearizable_get(m: &ClusterMember, key: &str) -> (i64, Option<KeyValue>) {
     let mut kv = m.kv().await;
     let req = RangeRequest {
         key: key.as_bytes().to_vec().into(),
@@ -123,7 +123,7 @@ async fn all_keys(m: &ClusterMember) -> RangeResponse {
 
 /// Waits until every running member has applied revision `rev`, then
 /// checks that they all hold the very same keys, values and revisions.
-async fn same_everywhere(cluster: &EphdCluster, rev: i64) -> Vec<KeyValue> {
+pub(crate) async fn same_everywhere(cluster: &EphdCluster, rev: i64) -> Vec<KeyValue> {
     let deadline = Instant::now() + SETTLE;
     let mut views = Vec::new();
     for (i, m) in cluster.running() {

@@ -316,17 +316,27 @@ impl Server for Ephd {
     }
 }
 
+#[path = "harness_members.rs"]
+mod members;
+use members::member_command;
+
 /// An ephd cluster: `n` ephd processes on loopback forming one cluster
 /// (`--initial-cluster` naming every member), started together. A member
 /// is killed (SIGKILL) by [`EphdCluster::kill`] or when the handle drops.
 pub struct EphdCluster {
     members: Vec<Option<ClusterMember>>,
+    /// Its `--initial-cluster-token`.
+    token: String,
+    /// Every member's `name=peerURL`, in start order (joined ones too).
+    names: Vec<String>,
+    extra_args: Vec<String>,
 }
 
 /// One member of an [`EphdCluster`].
 pub struct ClusterMember {
     client_port: u16,
     metrics_port: u16,
+    peer_port: u16,
     process: ServerProcess,
 }
 
@@ -334,6 +344,11 @@ impl ClusterMember {
     /// The port of this member's HTTP endpoints (`/health`, `/readyz`, ...).
     pub fn metrics_port(&self) -> u16 {
         self.metrics_port
+    }
+
+    /// Its peer URL.
+    pub fn peer_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.peer_port)
     }
 }
 
@@ -358,27 +373,22 @@ impl EphdCluster {
         // A token of this run only, so no stray member of another test can
         // ever be taken for one of these.
         let token = format!("it-{}-{}", std::process::id(), ports[0].0);
+        let extra_args: Vec<String> = extra_args.iter().map(|a| a.to_string()).collect();
         let mut members = Vec::new();
         for (i, (client, peer)) in ports.iter().enumerate() {
-            let client_url = format!("http://127.0.0.1:{client}");
-            let peer_url = format!("http://127.0.0.1:{peer}");
-            let mut cmd = Command::new(env!("CARGO_BIN_EXE_ephd"));
-            cmd.arg(format!("--name=m{i}"))
-                .args(["--listen-client-urls", &client_url])
-                .args(["--advertise-client-urls", &client_url])
-                .args(["--listen-peer-urls", &peer_url])
-                .args(["--initial-advertise-peer-urls", &peer_url])
-                .args(["--initial-cluster", &initial])
-                .args(["--initial-cluster-token", &token])
-                .args(["--initial-cluster-state", "new"])
-                .arg(format!(
-                    "--listen-metrics-urls=http://127.0.0.1:{}",
-                    metrics[i]
-                ))
-                .args(extra_args);
+            let ports = (*client, *peer, metrics[i]);
+            let cmd = member_command(
+                &format!("m{i}"),
+                ports,
+                &initial,
+                &token,
+                "new",
+                &extra_args,
+            );
             members.push(ClusterMember {
                 client_port: *client,
                 metrics_port: metrics[i],
+                peer_port: *peer,
                 process: ServerProcess::spawn("ephd cluster member", cmd),
             });
         }
@@ -390,6 +400,9 @@ impl EphdCluster {
         }
         EphdCluster {
             members: members.into_iter().map(Some).collect(),
+            names: initial.split(',').map(str::to_string).collect(),
+            token,
+            extra_args,
         }
     }
 

@@ -7,6 +7,7 @@
 mod authority;
 mod cli;
 mod cluster;
+mod cluster_members;
 mod concurrency;
 mod config;
 mod differential;
