@@ -35,6 +35,9 @@ pub const MAX_BATCH_BYTES: usize = 4 * BATCH_BYTES;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// How long one batch may take to be delivered.
 const SEND_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a peer's queue may stay idle before an empty batch checks that
+/// the peer still answers.
+const PROBE_INTERVAL: Duration = Duration::from_millis(500);
 
 /// Since when each peer has answered every batch (absent: its last batch
 /// failed, or none was sent yet).
@@ -83,6 +86,9 @@ struct Queue {
 /// The sending side: a queue per peer.
 pub(super) struct Peers {
     me: u64,
+    /// The runtime the sender tasks run on (the Raft thread is not one of
+    /// its threads).
+    runtime: tokio::runtime::Handle,
     queues: HashMap<u64, Queue>,
     health: Arc<PeerHealth>,
 }
@@ -97,6 +103,7 @@ impl Peers {
     ) -> Peers {
         let mut peers = Peers {
             me,
+            runtime: tokio::runtime::Handle::current(),
             queues: HashMap::new(),
             health,
         };
@@ -123,7 +130,7 @@ impl Peers {
                 }
                 let (tx, rx) = mpsc::channel(QUEUE);
                 tracing::info!(peer = %name, url = %url, "sending raft messages to a peer");
-                tokio::spawn(send_loop(id, name, url.clone(), rx, self.health.clone()));
+                self.runtime.spawn(send_loop(id, name, url.clone(), rx, self.health.clone()));
                 // Replacing the old queue ends the old task.
                 self.queues.insert(id, Queue { url, tx });
             }
@@ -184,10 +191,19 @@ async fn send_loop(
     };
     let mut client = RaftTransportClient::new(channel).max_encoding_message_size(MAX_BATCH_BYTES);
     let mut reachable = true;
-    while let Some(first) = queue.recv().await {
-        let mut bytes = first.len();
-        let mut messages = vec![first];
-        while messages.len() < BATCH_MESSAGES && bytes < BATCH_BYTES {
+    loop {
+        // A peer Raft has nothing to say to (a follower to another
+        // follower) gets an empty batch now and then, so that `health`
+        // knows whether it is reachable, as etcd's always-open peer
+        // streams do.
+        let first = match tokio::time::timeout(PROBE_INTERVAL, queue.recv()).await {
+            Ok(Some(m)) => Some(m),
+            Ok(None) => return,
+            Err(_) => None,
+        };
+        let mut bytes = first.as_ref().map_or(0, |m| m.len());
+        let mut messages: Vec<Bytes> = first.into_iter().collect();
+        while !messages.is_empty() && messages.len() < BATCH_MESSAGES && bytes < BATCH_BYTES {
             match queue.try_recv() {
                 Ok(m) => {
                     bytes += m.len();
