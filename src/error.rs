@@ -30,6 +30,9 @@ pub enum Code {
     ResourceExhausted,
     /// The CORRUPT alarm is raised.
     DataLoss,
+    /// An error etcd 3.4 sends without a code of its own (it is missing
+    /// from its gRPC error table).
+    Unknown,
 }
 
 /// Every error ephd returns to clients, each carrying etcd's exact text.
@@ -135,9 +138,9 @@ impl Error {
             | Error::RequestTooLarge => Code::InvalidArgument,
             Error::Compacted | Error::FutureRev | Error::LeaseTtlTooLarge => Code::OutOfRange,
             Error::LeaseNotFound | Error::MemberNotFound => Code::NotFound,
+            Error::MemberNotEnoughStarted => Code::Unknown,
             Error::MemberExist
             | Error::PeerUrlExist
-            | Error::MemberNotEnoughStarted
             | Error::MemberNotLearner
             | Error::LearnerNotReady
             | Error::TooManyLearners => Code::FailedPrecondition,

@@ -141,6 +141,7 @@ fn status_of(err: &Error) -> tonic::Status {
         Code::Unimplemented => tonic::Code::Unimplemented,
         Code::ResourceExhausted => tonic::Code::ResourceExhausted,
         Code::DataLoss => tonic::Code::DataLoss,
+        Code::Unknown => tonic::Code::Unknown,
     };
     tonic::Status::new(code, err.message())
 }

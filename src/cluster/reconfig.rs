@@ -258,8 +258,7 @@ impl Node {
             .count()
     }
 
-    /// MemberAdd: a new voter or learner with `peer_urls`, under a new
-    /// random ID. Returns the new member and the membership after it.
+    /// MemberAdd: a new voter or learner with `peer_urls`, under a new ID. Returns the new member and the membership after it.
     pub async fn member_add(
         &self,
         peer_urls: Vec<String>,
@@ -273,12 +272,13 @@ impl Node {
         if !self.connected_fully(&m) {
             return Err(Error::Unhealthy);
         }
-        let id = loop {
-            let id = rand::random::<u64>();
-            if id != 0 && m.get(id).is_none() && !m.is_removed(id) {
-                break id;
-            }
-        };
+        // etcd's rule: the ID hashes the peer URLs, the cluster and the
+        // second (so the same URLs added twice in one second get the same
+        // ID, and `member ID already exist`).
+        let secs = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let id = crate::config::member_id(&peer_urls, &format!("{}|{secs}", self.members().token));
         let member = MemberInfo {
             id,
             name: String::new(),
