@@ -76,7 +76,6 @@ async fn client(url: &str) -> Option<MembershipClient<tonic::transport::Channel>
     let channel = tonic::transport::Endpoint::from_shared(url.to_string())
         .ok()?
         .connect_timeout(ASK_TIMEOUT)
-        .timeout(ASK_TIMEOUT)
         .connect()
         .await
         .ok()?;
@@ -94,6 +93,8 @@ async fn probe(config: &ClusterConfig, id: u64) -> Result<(), String> {
             member_id: id,
             peer_urls: config.advertise_peer_urls.clone(),
         };
+        let mut req = Request::new(req);
+        req.set_timeout(ASK_TIMEOUT);
         let r = c.probe(req).await.ok()?.into_inner();
         Some((url, r))
     });
@@ -150,10 +151,11 @@ async fn join(config: &ClusterConfig, client_urls: Vec<String>) -> Result<Boot, 
                 last = format!("{url}: not reachable");
                 continue;
             };
-            let req = JoinRequest {
+            let mut req = Request::new(JoinRequest {
                 token: config.token.clone(),
                 peer_urls: config.advertise_peer_urls.clone(),
-            };
+            });
+            req.set_timeout(ASK_TIMEOUT);
             match c.join(req).await {
                 Ok(r) => {
                     let r = r.into_inner();
@@ -200,7 +202,10 @@ pub(super) async fn forward_promote(node: &Node, id: u64) -> crate::error::Resul
         .and_then(|m| m.peer_urls.first().cloned())
         .ok_or(Error::NoLeader)?;
     let mut c = client(&url).await.ok_or(Error::NoLeader)?;
-    match c.promote(PromoteRequest { member_id: id }).await {
+    let mut req = Request::new(PromoteRequest { member_id: id });
+    // The leader waits up to its request timeout for the change to apply.
+    req.set_timeout(node.request_timeout() + ASK_TIMEOUT);
+    match c.promote(req).await {
         Ok(r) => Ok(Membership::from_state(
             r.into_inner().current.unwrap_or_default(),
         )),

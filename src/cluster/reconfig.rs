@@ -82,7 +82,10 @@ pub(super) struct Members {
 impl Members {
     pub(super) fn new(boot: &Boot, config: &ClusterConfig) -> Members {
         Members {
-            current: RwLock::new(boot.current.clone()),
+            // The log is applied from its start: a joining member replays
+            // every change since the initial cluster (`boot.current` only
+            // tells it whom to connect to meanwhile).
+            current: RwLock::new(boot.initial.clone()),
             initial: boot.initial.clone(),
             waiters: Waiters::default(),
             health: Arc::new(PeerHealth::default()),
