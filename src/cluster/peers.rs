@@ -130,7 +130,8 @@ impl Peers {
                 }
                 let (tx, rx) = mpsc::channel(QUEUE);
                 tracing::info!(peer = %name, url = %url, "sending raft messages to a peer");
-                self.runtime.spawn(send_loop(id, name, url.clone(), rx, self.health.clone()));
+                self.runtime
+                    .spawn(send_loop(id, name, url.clone(), rx, self.health.clone()));
                 // Replacing the old queue ends the old task.
                 self.queues.insert(id, Queue { url, tx });
             }

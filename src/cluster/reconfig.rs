@@ -348,21 +348,21 @@ impl Node {
 fn ready_to_add_voter(m: &Membership) -> bool {
     let members = m.voters().count() + 1;
     let started = m.voters().filter(|v| v.is_started()).count();
-    (started == 1 && members == 2) || started >= members / 2 + 1
+    (started == 1 && members == 2) || started > members / 2
 }
 
 /// etcd's `IsReadyToRemoveVotingMember`.
 fn ready_to_remove_voter(m: &Membership, id: u64) -> bool {
     let rest: Vec<&MemberInfo> = m.voters().filter(|v| v.id != id).collect();
     let started = rest.iter().filter(|v| v.is_started()).count();
-    started >= rest.len() / 2 + 1
+    started > rest.len() / 2
 }
 
 /// etcd's `IsReadyToPromoteMember` (the learner counts as started).
 fn ready_to_promote(m: &Membership) -> bool {
     let members = m.voters().count() + 1;
     let started = m.voters().filter(|v| v.is_started()).count() + 1;
-    started >= members / 2 + 1
+    started > members / 2
 }
 
 /// etcd's URL checks on MemberAdd and MemberUpdate (`types.NewURLs`):

@@ -184,7 +184,7 @@ async fn a_learner_joins_catches_up_is_promoted_and_members_are_updated_and_remo
     let learner = add(&fc, &url, true).await.expect("add a learner");
     eprintln!("added learner {:x}", learner.id);
     assert!(learner.is_learner && learner.name.is_empty());
-    assert_eq!(learner.peer_ur_ls, [url.clone()]);
+    assert_eq!(learner.peer_ur_ls, [url.as_str()]);
     // Before it started, it is not in sync: refused, also through a
     // follower (forwarded to the leader, which alone knows).
     let not_ready = fc
