@@ -281,7 +281,17 @@ impl Node {
         let secs = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
-        let id = crate::config::member_id(&peer_urls, &format!("{}|{secs}", self.members().token));
+        // One difference: etcd answers `member not found` when that ID was
+        // removed (the same URLs removed and added again within a second);
+        // ephd takes the next second's ID instead, so a replacement works.
+        let token = &self.members().token;
+        let mut id = 0;
+        for s in secs.. {
+            id = crate::config::member_id(&peer_urls, &format!("{token}|{s}"));
+            if !m.is_removed(id) {
+                break;
+            }
+        }
         let member = MemberInfo {
             id,
             name: String::new(),

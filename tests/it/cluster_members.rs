@@ -182,7 +182,6 @@ async fn a_learner_joins_catches_up_is_promoted_and_members_are_updated_and_remo
     let fc = cluster.member(follower).unwrap().cluster().await;
     let url = format!("http://127.0.0.1:{}", free_port());
     let learner = add(&fc, &url, true).await.expect("add a learner");
-    eprintln!("added learner {:x}", learner.id);
     assert!(learner.is_learner && learner.name.is_empty());
     assert_eq!(learner.peer_ur_ls, [url.as_str()]);
     // Before it started, it is not in sync: refused, also through a
@@ -205,16 +204,12 @@ async fn a_learner_joins_catches_up_is_promoted_and_members_are_updated_and_remo
     }
     // The new process learns its ID and the cluster from the others.
     let port = url.rsplit(':').next().unwrap().parse::<u16>().unwrap();
-    eprintln!("starting the learner");
     let j = start_on(&mut cluster, "m3", port);
-    eprintln!("learner serves");
     let joined = cluster.member(j).unwrap();
     caught_up(joined, &format!("k{}", 39), last).await;
     let (id, _, _) = status(joined).await.expect("status of the learner");
     assert_eq!(id, learner.id, "it joined as the member MemberAdd added");
-    eprintln!("learner caught up");
     let after = promote(&fc, learner.id).await;
-    eprintln!("learner promoted");
     assert!(after.iter().any(|x| x.id == learner.id && !x.is_learner));
     let again = fc
         .clone()
