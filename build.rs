@@ -12,6 +12,7 @@ const PROTOS: &[&str] = &[
     "proto/v3electionpb/v3election.proto",
     // ephd's own messages between cluster members (not etcd's wire format).
     "proto/ephd/raft_entry.proto",
+    "proto/ephd/membership.proto",
 ];
 
 fn main() -> io::Result<()> {

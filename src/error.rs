@@ -35,7 +35,7 @@ pub enum Code {
     /// Auth: the token is unknown or expired.
     Unauthenticated,
     /// An error etcd lets through without a gRPC code of its own (some of
-    /// its auth package's).
+    /// its auth package's, and ones missing from its gRPC error table).
     Unknown,
 }
 
@@ -106,6 +106,27 @@ pub enum Error {
     MoveLeaderUnsupported,
     /// Maintenance.Downgrade.
     DowngradeUnsupported,
+    /// A membership change names a member that is not (or no longer) in
+    /// the cluster.
+    MemberNotFound,
+    /// MemberAdd with an ID already in the cluster.
+    MemberExist,
+    /// MemberAdd or MemberUpdate with a peer URL another member has.
+    PeerUrlExist,
+    /// MemberAdd or MemberUpdate with peer URLs that are not URLs.
+    MemberBadUrls,
+    /// A reconfiguration that would leave too few started voters for a
+    /// quorum.
+    MemberNotEnoughStarted,
+    /// MemberPromote of a voter.
+    MemberNotLearner,
+    /// MemberPromote of a learner that has not caught up with the leader.
+    LearnerNotReady,
+    /// MemberAdd of a learner beyond the limit.
+    TooManyLearners,
+    /// A reconfiguration while this member is not connected to every
+    /// voter: it could break the active quorum.
+    Unhealthy,
 }
 
 impl Error {
@@ -121,7 +142,15 @@ impl Error {
             | Error::InvalidSortOption
             | Error::RequestTooLarge => Code::InvalidArgument,
             Error::Compacted | Error::FutureRev | Error::LeaseTtlTooLarge => Code::OutOfRange,
-            Error::LeaseNotFound => Code::NotFound,
+            Error::LeaseNotFound | Error::MemberNotFound => Code::NotFound,
+            Error::MemberNotEnoughStarted => Code::Unknown,
+            Error::MemberExist
+            | Error::PeerUrlExist
+            | Error::MemberNotLearner
+            | Error::LearnerNotReady
+            | Error::TooManyLearners => Code::FailedPrecondition,
+            Error::MemberBadUrls => Code::InvalidArgument,
+            Error::Unhealthy => Code::Unavailable,
             Error::LeaseExist | Error::AuthNotEnabled => Code::FailedPrecondition,
             Error::Stopped
             | Error::StreamShutdown
@@ -169,6 +198,19 @@ impl Error {
             }
             Error::MoveLeaderUnsupported => "ephd: there is no other member to move leadership to",
             Error::DowngradeUnsupported => "ephd: downgrade is not supported",
+            Error::MemberNotFound => "etcdserver: member not found",
+            Error::MemberExist => "etcdserver: member ID already exist",
+            Error::PeerUrlExist => "etcdserver: Peer URLs already exists",
+            Error::MemberBadUrls => "etcdserver: given member URLs are invalid",
+            Error::MemberNotEnoughStarted => {
+                "etcdserver: re-configuration failed due to not enough started members"
+            }
+            Error::MemberNotLearner => "etcdserver: can only promote a learner member",
+            Error::LearnerNotReady => {
+                "etcdserver: can only promote a learner member which is in sync with leader"
+            }
+            Error::TooManyLearners => "etcdserver: too many learner members in cluster",
+            Error::Unhealthy => "etcdserver: unhealthy cluster",
         }
     }
 }

@@ -107,7 +107,7 @@ impl LeaseForward {
             return Ok(c.clone());
         }
         let url = self.peers.get(&id).ok_or_else(|| status(Error::NoLeader))?;
-        let channel = tonic::transport::Endpoint::from_shared(url.clone())
+        let channel = super::peers::endpoint(url)
             .map_err(|e| Status::unavailable(format!("invalid peer URL {url}: {e}")))?
             .connect_timeout(Duration::from_secs(1))
             .tcp_nodelay(true)

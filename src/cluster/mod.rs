@@ -14,6 +14,10 @@
 //!   (`auth_change.rs`: an auth change's part).
 //! * `catchup.rs` and `snapshot.rs`: the bounded log, and snapshots of the
 //!   whole store for followers behind it.
+//! * `membership.rs`: the members as replicated state, changed by conf
+//!   change entries; `reconfig.rs`: the Cluster API's changes and their
+//!   checks; `join.rs`: how a member starts (new or joining) and the peer
+//!   service that answers starting members.
 //! * `logger.rs`: raft's log lines into `tracing`.
 //! * `leadership.rs`: MoveLeader, the hand-over on SIGTERM, `hasleader`.
 //! * `lease_forward.rs`: keep-alives answered by the leader, term-checked
@@ -23,17 +27,23 @@ mod auth_change;
 mod authorized;
 mod catchup;
 pub mod entry;
+mod join;
 pub mod leadership;
 pub mod lease_forward;
 mod logger;
+pub mod membership;
 mod node;
 mod peers;
+mod reconfig;
 pub mod snapshot;
 mod transport;
 
 pub use catchup::{LogCounters, DEFAULT_CATCHUP_ENTRIES, DEFAULT_SNAPSHOT_COUNT};
+pub use join::{bootstrap, membership_service, MembershipService};
+pub use membership::{MemberInfo, Membership};
 pub use node::{Node, RaftStatus};
 pub use peers::MAX_BATCH_BYTES;
+pub use reconfig::{check_urls, Boot, Progress};
 pub use transport::PeerService;
 
 use crate::auth::{AuthInfo, AuthOp};

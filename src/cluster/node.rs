@@ -14,14 +14,15 @@
 use super::catchup::{self, CatchUp, LogCounters, LogStore, Work};
 use super::entry;
 use super::logger;
-use super::peers::Peers;
+use super::peers::{PeerChange, Peers};
+use super::reconfig::{self, Boot, Members};
 use crate::config::ClusterConfig;
 use crate::error::{Error, Result};
 use crate::mvcc::{Applied, Entry, Store};
 use bytes::Bytes;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError};
 use parking_lot::Mutex;
-use raft::prelude::{EntryType, Message};
+use raft::prelude::{ConfChange, EntryType, Message};
 use raft::storage::MemStorage;
 use raft::{RawNode, ReadOnlyOption, StateRole};
 use std::collections::HashMap;
@@ -57,6 +58,14 @@ pub(super) enum Input {
     SnapshotBuilt { index: u64, term: u64, data: Bytes },
     /// A snapshot sent to peer `to` was delivered, or failed.
     SnapshotStatus { to: u64, ok: bool },
+    /// A membership change of this member, with its number (`reconfig.rs`).
+    ProposeConf { proposal: u64, cc: ConfChange },
+    /// A committed membership change the apply thread found valid: what
+    /// Raft's configuration and the peer connections do for it.
+    ApplyConf { cc: ConfChange, peer: PeerChange },
+    /// The leader's view of how far each member has replicated (`None` on
+    /// a member that is not the leader).
+    Progress(oneshot::Sender<Option<reconfig::Progress>>),
     /// Stop the thread.
     Stop,
 }
@@ -107,7 +116,7 @@ impl RaftStatus {
 
 /// Requests waiting for what Raft answers them (the result of applying
 /// their proposal, or a read index), by number.
-struct Waiters<T>(Mutex<HashMap<u64, oneshot::Sender<T>>>);
+pub(super) struct Waiters<T>(Mutex<HashMap<u64, oneshot::Sender<T>>>);
 
 impl<T> Default for Waiters<T> {
     fn default() -> Self {
@@ -119,7 +128,7 @@ impl<T> Waiters<T> {
     /// Registers a waiter for `number`; it is removed again when the
     /// returned guard drops (the request is done, timed out, or its client
     /// went away), so the map cannot grow with answers that never come.
-    fn wait(&self, number: u64) -> (oneshot::Receiver<T>, Pending<'_, T>) {
+    pub(super) fn wait(&self, number: u64) -> (oneshot::Receiver<T>, Pending<'_, T>) {
         let (tx, rx) = oneshot::channel();
         self.0.lock().insert(number, tx);
         (
@@ -131,7 +140,7 @@ impl<T> Waiters<T> {
         )
     }
 
-    fn finish(&self, number: u64, answer: T) {
+    pub(super) fn finish(&self, number: u64, answer: T) {
         if let Some(w) = self.0.lock().remove(&number) {
             let _ = w.send(answer);
         }
@@ -139,7 +148,7 @@ impl<T> Waiters<T> {
 }
 
 /// See [`Waiters::wait`].
-struct Pending<'a, T> {
+pub(super) struct Pending<'a, T> {
     waiters: &'a Waiters<T>,
     number: u64,
 }
@@ -167,19 +176,23 @@ pub struct Node {
     /// The voters, links to the other members, and the lease state that
     /// only the leader's clock decides (see `lease_forward.rs`).
     pub(super) leases: super::lease_forward::LeaseForward,
+    /// Membership: applied state, waiting changes, peer health.
+    members: Arc<Members>,
 }
 
 impl Node {
     /// Starts the member's Raft and apply threads and its connections to
     /// the other members (tasks on the current tokio runtime). Every member
-    /// of a new cluster starts with the same voters and an empty log.
+    /// starts with the configuration the cluster's log starts from (the
+    /// initial cluster) and an empty log; a joining member replays the log
+    /// from there.
     pub fn start(
         config: &ClusterConfig,
         store: Arc<Store>,
+        boot: Boot,
     ) -> std::result::Result<Arc<Node>, String> {
-        let id = config.member_id();
-        let voters: Vec<u64> = config.members.iter().map(|m| m.id).collect();
-        let storage = LogStore::new(MemStorage::new_with_conf_state((voters, Vec::<u64>::new())));
+        let id = boot.id;
+        let storage = LogStore::new(MemStorage::new_with_conf_state(boot.initial.conf_state()));
         let raft_config = raft::Config {
             id,
             heartbeat_tick: 1,
@@ -196,8 +209,14 @@ impl Node {
             .map_err(|e| format!("raft settings: {e}"))?;
         let raw = RawNode::new(&raft_config, storage, &logger::logger())
             .map_err(|e| format!("cannot start raft: {e}"))?;
+        let members = Arc::new(Members::new(&boot, config));
         let (inbox, inputs) = crossbeam_channel::bounded(INBOX);
-        let peers = Peers::start(config, id, inbox.clone())?;
+        let peers = Peers::start(
+            boot.current.members(),
+            id,
+            members.health.clone(),
+            inbox.clone(),
+        )?;
         let (to_apply, committed) = crossbeam_channel::unbounded();
         let waiters = Arc::new(Waiters::default());
         let reads = Arc::new(Waiters::default());
@@ -217,6 +236,7 @@ impl Node {
                 config.catchup_entries,
                 status.log.clone(),
             ),
+            members: members.clone(),
         };
         let raft_thread = std::thread::Builder::new()
             .name("ephd-raft".into())
@@ -231,6 +251,7 @@ impl Node {
             applied: applied.clone(),
             inbox: inbox.clone(),
             term: 0,
+            members: members.clone(),
         };
         let apply_thread = std::thread::Builder::new()
             .name("ephd-apply".into())
@@ -243,7 +264,7 @@ impl Node {
             election_ms = config.election.as_millis() as u64,
             "raft member started"
         );
-        Ok(Arc::new(Node {
+        let node = Arc::new(Node {
             id,
             inbox,
             waiters,
@@ -259,7 +280,20 @@ impl Node {
             election: config.election,
             threads: Mutex::new(vec![raft_thread, apply_thread]),
             leases,
-        }))
+            members,
+        });
+        reconfig::publish(&node, boot.name, boot.client_urls);
+        Ok(node)
+    }
+
+    /// Membership's shared state (`reconfig.rs`).
+    pub(super) fn members(&self) -> &Arc<Members> {
+        &self.members
+    }
+
+    /// A new proposal or read number.
+    pub(super) fn next_number(&self) -> u64 {
+        self.next_number.fetch_add(1, Ordering::Relaxed)
     }
 
     /// This member's ID.
@@ -365,6 +399,7 @@ impl Node {
         }
         self.waiters.0.lock().clear();
         self.reads.0.lock().clear();
+        self.members.waiters.0.lock().clear();
     }
 }
 
@@ -379,6 +414,7 @@ struct RaftLoop {
     status: Arc<RaftStatus>,
     tick: Duration,
     catchup: CatchUp,
+    members: Arc<Members>,
 }
 
 impl RaftLoop {
@@ -449,6 +485,7 @@ impl RaftLoop {
             }
             Input::SnapshotStatus { to, ok } => self.catchup.delivered(&mut self.raw, to, ok),
             Input::Stop => return false,
+            other => reconfig::take(&mut self.raw, &mut self.peers, &self.members, other),
         }
         true
     }
@@ -525,6 +562,7 @@ struct Applier {
     inbox: Sender<Input>,
     /// The term of the last applied entry.
     term: u64,
+    members: Arc<Members>,
 }
 
 impl Applier {
@@ -550,11 +588,17 @@ impl Applier {
                     // Already in an installed snapshot.
                     continue;
                 }
-                if e.get_entry_type() == EntryType::EntryNormal && !e.get_data().is_empty() {
-                    self.apply_one(e.get_index(), e.get_term(), e.take_data());
+                match e.get_entry_type() {
+                    EntryType::EntryNormal if !e.get_data().is_empty() => {
+                        self.apply_one(e.get_index(), e.get_term(), e.take_data());
+                    }
+                    EntryType::EntryConfChange => {
+                        reconfig::apply_entry(&self.members, self.id, &self.inbox, e.get_data());
+                    }
+                    // Empty entries (a new leader's first) change nothing;
+                    // ephd proposes no ConfChangeV2.
+                    _ => {}
                 }
-                // Empty entries (a new leader's first) and configuration
-                // changes (none yet) change nothing in the store.
                 self.term = e.get_term();
                 self.status.applied.store(e.get_index(), Ordering::Relaxed);
             }

@@ -4,11 +4,21 @@
 //! (`transport.rs`). Messages are encoded with raft-rs' own protobuf types.
 //! When the queue is full or the peer is unreachable, messages are dropped:
 //! Raft is built for a lossy network and retries (heartbeats, append
-//! probes), so the Raft thread never waits for a peer.
+//! probes), so the Raft thread never waits for a peer. A snapshot's
+//! delivery (or its loss) is reported back to the Raft thread, which must
+//! tell raft (`catchup.rs`).
+//!
+//! Peers are dynamic: a member added by an applied conf change gets a
+//! queue, a removed one loses its queue (its task ends), and one whose peer
+//! URLs changed gets a new connection. Each task records since when its
+//! peer has answered without interruption ([`PeerHealth`]), which the
+//! reconfiguration checks read as etcd reads its transport's. With peer
+//! TLS every connection is TLS, with this member's peer certificate.
 
 use super::catchup;
+use super::membership::MemberInfo;
 use super::node::Input;
-use crate::config::{ClusterConfig, PeerTls};
+use crate::config::PeerTls;
 use crate::proto::ephd::internal::{raft_transport_client::RaftTransportClient, RaftBatch};
 use bytes::Bytes;
 use crossbeam_channel::Sender;
@@ -16,7 +26,8 @@ use parking_lot::Mutex;
 use protobuf::Message as _;
 use raft::prelude::{Message, MessageType};
 use std::collections::HashMap;
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tonic::transport::{Certificate, ClientTlsConfig, Identity};
 
@@ -36,13 +47,46 @@ pub const MAX_BATCH_BYTES: usize = MAX_SNAPSHOT_BYTES + 4 * BATCH_BYTES;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// How long one batch may take to be delivered.
 const SEND_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a peer's queue may stay idle before an empty batch checks that
+/// the peer still answers.
+const PROBE_INTERVAL: Duration = Duration::from_millis(500);
 
-/// The sending side: a queue per peer.
-pub(super) struct Peers {
-    queues: HashMap<u64, mpsc::Sender<Outgoing>>,
-    /// Peers whose snapshot message could not even be queued: raft must
-    /// hear that it failed (see [`Peers::take_undelivered`]).
-    undelivered: Mutex<Vec<u64>>,
+/// Since when each peer has answered every batch (absent: its last batch
+/// failed, or none was sent yet).
+#[derive(Debug, Default)]
+pub(super) struct PeerHealth(Mutex<HashMap<u64, Instant>>);
+
+impl PeerHealth {
+    fn answered(&self, id: u64) {
+        self.0.lock().entry(id).or_insert_with(Instant::now);
+    }
+
+    fn failed(&self, id: u64) {
+        self.0.lock().remove(&id);
+    }
+
+    /// Since when peer `id` has answered without interruption.
+    pub(super) fn active_since(&self, id: u64) -> Option<Instant> {
+        self.0.lock().get(&id).copied()
+    }
+}
+
+/// How the set of peers changes with an applied membership change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum PeerChange {
+    /// Nothing to do.
+    None,
+    /// Connect to this peer (again, if its URL changed).
+    Upsert {
+        /// Member ID.
+        id: u64,
+        /// For log lines.
+        name: String,
+        /// Where it is reached.
+        url: String,
+    },
+    /// Stop sending to this peer.
+    Remove(u64),
 }
 
 /// A message queued for a peer; a snapshot's delivery is reported to the
@@ -52,33 +96,88 @@ struct Outgoing {
     snapshot: bool,
 }
 
+/// One peer's queue, and where its task sends.
+struct Queue {
+    url: String,
+    tx: mpsc::Sender<Outgoing>,
+}
+
+/// The sending side: a queue per peer.
+pub(super) struct Peers {
+    me: u64,
+    /// The runtime the sender tasks run on (the Raft thread is not one of
+    /// its threads).
+    runtime: tokio::runtime::Handle,
+    queues: HashMap<u64, Queue>,
+    health: Arc<PeerHealth>,
+    /// Where send loops report snapshots' delivery.
+    inbox: Sender<Input>,
+    /// Peer TLS for outgoing connections.
+    tls: Option<ClientTlsConfig>,
+    /// Peers whose snapshot message could not even be queued: raft must
+    /// hear that it failed (see [`Peers::take_undelivered`]).
+    undelivered: Mutex<Vec<u64>>,
+}
+
 impl Peers {
     /// Starts one sender task per other member, on the current tokio
-    /// runtime. Fails when the peer TLS files cannot be read.
-    pub(super) fn start(
-        config: &ClusterConfig,
+    /// runtime, over peer TLS when [`init_tls`] set it.
+    pub(super) fn start<'a>(
+        members: impl IntoIterator<Item = &'a MemberInfo>,
         me: u64,
+        health: Arc<PeerHealth>,
         inbox: Sender<Input>,
     ) -> Result<Peers, String> {
-        let tls = config.peer_tls.as_ref().map(client_tls).transpose()?;
-        let mut queues = HashMap::new();
-        for m in config.members.iter().filter(|m| m.id != me) {
-            let (tx, rx) = mpsc::channel(QUEUE);
-            let url = m.peer_urls[0].clone();
-            let to = Target {
-                id: m.id,
-                name: m.name.clone(),
-                url,
-                tls: tls.clone(),
-                inbox: inbox.clone(),
-            };
-            tokio::spawn(send_loop(to, rx));
-            queues.insert(m.id, tx);
-        }
-        Ok(Peers {
-            queues,
+        let mut peers = Peers {
+            me,
+            runtime: tokio::runtime::Handle::current(),
+            queues: HashMap::new(),
+            health,
+            inbox,
+            tls: PEER_TLS.get().cloned().flatten(),
             undelivered: Mutex::new(Vec::new()),
-        })
+        };
+        for m in members {
+            if let Some(url) = m.peer_urls.first() {
+                peers.change(PeerChange::Upsert {
+                    id: m.id,
+                    name: display_name(m),
+                    url: url.clone(),
+                });
+            }
+        }
+        Ok(peers)
+    }
+
+    /// Adds, re-points or drops a peer.
+    pub(super) fn change(&mut self, change: PeerChange) {
+        match change {
+            PeerChange::None => {}
+            PeerChange::Upsert { id, .. } if id == self.me => {}
+            PeerChange::Upsert { id, name, url } => {
+                if self.queues.get(&id).is_some_and(|q| q.url == url) {
+                    return;
+                }
+                let (tx, rx) = mpsc::channel(QUEUE);
+                tracing::info!(peer = %name, url = %url, "sending raft messages to a peer");
+                let to = Target {
+                    id,
+                    name,
+                    url: url.clone(),
+                    tls: self.tls.clone(),
+                    inbox: self.inbox.clone(),
+                };
+                self.runtime.spawn(send_loop(to, rx, self.health.clone()));
+                // Replacing the old queue ends the old task.
+                self.queues.insert(id, Queue { url, tx });
+            }
+            PeerChange::Remove(id) => {
+                if self.queues.remove(&id).is_some() {
+                    self.health.failed(id);
+                    tracing::info!(peer = %format_args!("{id:x}"), "no more raft messages to a removed member");
+                }
+            }
+        }
     }
 
     /// Peers whose snapshot message was dropped before it was queued.
@@ -89,18 +188,17 @@ impl Peers {
     /// Queues `msgs` for their peers; drops what does not fit.
     pub(super) fn send_all(&self, msgs: Vec<Message>) {
         for m in msgs {
-            let Some(queue) = self.queues.get(&m.get_to()) else {
-                continue;
-            };
             let snapshot = m.get_msg_type() == MessageType::MsgSnapshot;
-            let queued = match m.write_to_bytes() {
-                Ok(bytes) => queue
+            let queued = match (self.queues.get(&m.get_to()), m.write_to_bytes()) {
+                (None, _) => false,
+                (Some(queue), Ok(bytes)) => queue
+                    .tx
                     .try_send(Outgoing {
                         bytes: Bytes::from(bytes),
                         snapshot,
                     })
                     .is_ok(),
-                Err(e) => {
+                (Some(_), Err(e)) => {
                     tracing::error!(error = %e, "cannot encode a raft message");
                     false
                 }
@@ -112,14 +210,37 @@ impl Peers {
     }
 }
 
-/// Where a send loop sends (over TLS with peer TLS), and where it reports
-/// snapshots' delivery.
-struct Target {
-    id: u64,
-    name: String,
-    url: String,
-    tls: Option<ClientTlsConfig>,
-    inbox: Sender<Input>,
+/// A member's name for log lines: its `--name`, or its ID before it has
+/// published one.
+pub(super) fn display_name(m: &MemberInfo) -> String {
+    if m.name.is_empty() {
+        format!("{:x}", m.id)
+    } else {
+        m.name.clone()
+    }
+}
+
+/// The process's peer TLS for outgoing connections, set once at startup
+/// by [`init_tls`] (`None`: plaintext peers).
+static PEER_TLS: std::sync::OnceLock<Option<ClientTlsConfig>> = std::sync::OnceLock::new();
+
+/// Reads the peer TLS files (when peer TLS is on) for every outgoing peer
+/// connection of this process: Raft messages, forwarded keep-alives, and
+/// the membership calls of a starting member. Fails when a file cannot be
+/// read; a second call keeps the first settings.
+pub fn init_tls(peer: Option<&PeerTls>) -> Result<(), String> {
+    let tls = peer.map(client_tls).transpose()?;
+    let _ = PEER_TLS.set(tls);
+    Ok(())
+}
+
+/// An endpoint for a peer's `url`, with the process's peer TLS if any.
+pub(super) fn endpoint(url: &str) -> Result<tonic::transport::Endpoint, String> {
+    let ep = tonic::transport::Endpoint::from_shared(url.to_string()).map_err(|e| e.to_string())?;
+    match PEER_TLS.get().cloned().flatten() {
+        Some(tls) => ep.tls_config(tls).map_err(|e| e.to_string()),
+        None => Ok(ep),
+    }
 }
 
 /// The TLS settings this member dials its peers with: the peer CA to
@@ -139,22 +260,39 @@ fn client_tls(peer: &PeerTls) -> Result<ClientTlsConfig, String> {
         .identity(Identity::from_pem(cert, key)))
 }
 
+/// A lazily connecting channel to a peer's `url`, over TLS when `tls` is
+/// set (peer TLS).
+pub(super) fn peer_channel(
+    url: &str,
+    tls: Option<ClientTlsConfig>,
+) -> Result<tonic::transport::Channel, String> {
+    let ep = tonic::transport::Endpoint::from_shared(url.to_string()).map_err(|e| e.to_string())?;
+    let ep = match tls {
+        Some(tls) => ep.tls_config(tls).map_err(|e| e.to_string())?,
+        None => ep,
+    };
+    Ok(ep
+        .connect_timeout(CONNECT_TIMEOUT)
+        .timeout(SEND_TIMEOUT)
+        .tcp_nodelay(true)
+        .connect_lazy())
+}
+
+/// Where a send loop sends, and where it reports snapshots' delivery.
+struct Target {
+    id: u64,
+    name: String,
+    url: String,
+    tls: Option<ClientTlsConfig>,
+    inbox: Sender<Input>,
+}
+
 /// Sends what is queued for one peer, a batch per call, until the Raft
 /// thread drops the queue.
-async fn send_loop(to: Target, mut queue: mpsc::Receiver<Outgoing>) {
-    let Target { name, url, .. } = &to;
-    let endpoint = tonic::transport::Endpoint::from_shared(url.clone())
-        .map_err(|e| e.to_string())
-        .and_then(|ep| match to.tls.clone() {
-            Some(tls) => ep.tls_config(tls).map_err(|e| e.to_string()),
-            None => Ok(ep),
-        });
-    let channel = match endpoint {
-        Ok(ep) => ep
-            .connect_timeout(CONNECT_TIMEOUT)
-            .timeout(SEND_TIMEOUT)
-            .tcp_nodelay(true)
-            .connect_lazy(),
+async fn send_loop(to: Target, mut queue: mpsc::Receiver<Outgoing>, health: Arc<PeerHealth>) {
+    let Target { id, name, url, .. } = &to;
+    let channel = match peer_channel(url, to.tls.clone()) {
+        Ok(c) => c,
         Err(e) => {
             tracing::error!(peer = %name, url = %url, error = %e, "invalid peer URL or TLS settings");
             return;
@@ -162,11 +300,20 @@ async fn send_loop(to: Target, mut queue: mpsc::Receiver<Outgoing>) {
     };
     let mut client = RaftTransportClient::new(channel).max_encoding_message_size(MAX_BATCH_BYTES);
     let mut reachable = true;
-    while let Some(first) = queue.recv().await {
-        let mut bytes = first.bytes.len();
-        let mut snapshots = usize::from(first.snapshot);
-        let mut messages = vec![first.bytes];
-        while messages.len() < BATCH_MESSAGES && bytes < BATCH_BYTES {
+    loop {
+        // A peer Raft has nothing to say to (a follower to another
+        // follower) gets an empty batch now and then, so that `health`
+        // knows whether it is reachable, as etcd's always-open peer
+        // streams do.
+        let first = match tokio::time::timeout(PROBE_INTERVAL, queue.recv()).await {
+            Ok(Some(m)) => Some(m),
+            Ok(None) => return,
+            Err(_) => None,
+        };
+        let mut bytes = first.as_ref().map_or(0, |m| m.bytes.len());
+        let mut snapshots = first.as_ref().map_or(0, |m| usize::from(m.snapshot));
+        let mut messages: Vec<Bytes> = first.into_iter().map(|m| m.bytes).collect();
+        while !messages.is_empty() && messages.len() < BATCH_MESSAGES && bytes < BATCH_BYTES {
             match queue.try_recv() {
                 Ok(m) => {
                     bytes += m.bytes.len();
@@ -178,7 +325,11 @@ async fn send_loop(to: Target, mut queue: mpsc::Receiver<Outgoing>) {
         }
         let sent = client.send(RaftBatch { messages }).await;
         for _ in 0..snapshots {
-            catchup::report(&to.inbox, to.id, sent.is_ok());
+            catchup::report(&to.inbox, *id, sent.is_ok());
+        }
+        match &sent {
+            Ok(_) => health.answered(*id),
+            Err(_) => health.failed(*id),
         }
         match sent {
             Ok(_) if !reachable => {

@@ -53,6 +53,9 @@ pub struct ClusterConfig {
     pub heartbeat: Duration,
     /// `--election-timeout`.
     pub election: Duration,
+    /// `--initial-cluster-state existing`: join a running cluster that
+    /// added this member with MemberAdd, instead of forming a new one.
+    pub existing: bool,
     /// `--snapshot-count`: entries applied between two compactions of the
     /// in-memory Raft log.
     pub snapshot_count: u64,
@@ -269,15 +272,16 @@ pub(super) fn build(
     members: Vec<(String, Vec<String>)>,
     flags: &Flags<'_>,
 ) -> Result<ClusterConfig, String> {
-    match flags.initial_cluster_state.unwrap_or("new") {
-        "new" => {}
+    let existing = match flags.initial_cluster_state.unwrap_or("new") {
+        "new" => false,
+        "existing" => true,
         other => {
             return Err(format!(
-                "--initial-cluster-state={other} is refused: joining an existing cluster \
-                 needs membership changes, which ephd's cluster mode does not have yet"
+                "unexpected value {other:?} for --initial-cluster-state: \
+                 valid values are \"new\" or \"existing\""
             ))
         }
-    }
+    };
     if let Some(v) = flags.force_new_cluster {
         if super::parse_bool(v) == Ok(true) {
             return Err(
@@ -376,6 +380,7 @@ pub(super) fn build(
         peer_tls,
         snapshot_count,
         catchup_entries,
+        existing,
     })
 }
 
@@ -499,7 +504,12 @@ mod tests {
             initial_cluster_state: Some("existing"),
             ..flags("http://10.0.0.1:2380")
         };
-        assert!(build("a", m(), &existing).unwrap_err().contains("refused"));
+        assert!(build("a", m(), &existing).unwrap().existing);
+        let odd = Flags {
+            initial_cluster_state: Some("joining"),
+            ..flags("http://10.0.0.1:2380")
+        };
+        assert!(build("a", m(), &odd).unwrap_err().contains("valid values"));
         let tls = Flags {
             listen_peer_urls: Some("https://0.0.0.0:2380"),
             ..flags("http://10.0.0.1:2380")

@@ -205,21 +205,27 @@ impl Server {
         if config.advertise_client_urls.is_empty() {
             config.advertise_client_urls = advertised(&config.listen_client_urls, &listeners);
         }
-        let (store, guard) = match &config.cluster {
+        // Cluster mode: learn this member's ID (and check it may start)
+        // from the other members first.
+        let member = match &config.cluster {
+            Some(c) => Some(crate::cluster::bootstrap(c, config.advertised_urls()).await?),
+            None => None,
+        };
+        let (store, guard) = match &member {
             None => {
                 let boot =
                     build_store(&config, crate::persist::wall_clock_ms(), memory.quota_bytes)?;
                 (Arc::new(boot.store), Some(boot.guard))
             }
-            Some(c) => {
-                let store = build_cluster_store(&config, c.member_id(), memory.quota_bytes);
+            Some(b) => {
+                let store = build_cluster_store(&config, b.id, memory.quota_bytes);
                 (Arc::new(store), None)
             }
         };
         let mut info = ServerInfo::new(&config.name, config.advertised_urls());
-        if let Some(c) = &config.cluster {
-            info.member_id = c.member_id();
-            info.cluster_id = c.cluster_id();
+        if let (Some(c), Some(b)) = (&config.cluster, &member) {
+            info.member_id = b.id;
+            info.cluster_id = b.cluster_id;
             info.peer_urls = c.advertise_peer_urls.clone();
             info.members = c.members.clone();
         }
@@ -245,13 +251,13 @@ impl Server {
             }
             None => None,
         };
-        let (peer_listeners, proposer) = match &config.cluster {
-            None => (Vec::new(), Proposer::Local),
-            Some(c) => {
+        let (peer_listeners, proposer) = match (&config.cluster, member) {
+            (Some(c), Some(boot)) => {
                 let peers = bind_all(&c.listen_peer_urls).await?;
-                let node = Node::start(c, store.clone())?;
+                let node = Node::start(c, store.clone(), boot)?;
                 (peers, Proposer::Replicated(node))
             }
+            _ => (Vec::new(), Proposer::Local),
         };
         let (stop, stop_rx) = watch::channel(false);
         let metrics = Metrics::new();
@@ -361,7 +367,9 @@ impl Server {
                 let service = RaftTransportServer::new(PeerService::new(node))
                     .max_decoding_message_size(crate::cluster::MAX_BATCH_BYTES);
                 let mut stop = stop_rx.clone();
-                let router = tonic::transport::Server::builder().add_service(service);
+                let router = tonic::transport::Server::builder()
+                    .add_service(service)
+                    .add_service(crate::cluster::membership_service(node));
                 let shutdown = async move { crate::api::stopped(&mut stop).await };
                 let incoming = accept::incoming(listener);
                 peer_servers.push(match (&peer_live, tls) {

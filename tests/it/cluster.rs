@@ -31,10 +31,10 @@ pub(crate) const TIMING: &[&str] = &[
 ];
 
 /// How long a leader election or the spread of a write may take at most.
-const SETTLE: Duration = Duration::from_secs(15);
+pub(crate) const SETTLE: Duration = Duration::from_secs(15);
 
 /// (member ID, leader ID, raft term) as member `m` reports them in Status.
-async fn status(m: &ClusterMember) -> Option<(u64, u64, u64)> {
+pub(crate) async fn status(m: &ClusterMember) -> Option<(u64, u64, u64)> {
     let mut client = m.maintenance().await;
     let s = tokio::time::timeout(Duration::from_secs(2), client.status(StatusRequest {}))
         .await

@@ -321,11 +321,22 @@ impl Server for Ephd {
     }
 }
 
+#[path = "harness_members.rs"]
+mod members;
+use members::member_command;
+
 /// An ephd cluster: `n` ephd processes on loopback forming one cluster
 /// (`--initial-cluster` naming every member), started together. A member
 /// is killed (SIGKILL) by [`EphdCluster::kill`] or when the handle drops.
 pub struct EphdCluster {
     members: Vec<Option<ClusterMember>>,
+    /// Its `--initial-cluster-token`.
+    token: String,
+    /// Every member's `name=peerURL`, in start order (joined ones too).
+    names: Vec<String>,
+    extra_args: Vec<String>,
+    /// The peer URLs' scheme (`http` or `https`).
+    scheme: String,
 }
 
 /// One member of an [`EphdCluster`].
@@ -350,6 +361,11 @@ impl ClusterMember {
     /// OS process id, for fault tests that pause (SIGSTOP) the member.
     pub fn pid(&self) -> u32 {
         self.process.pid()
+    }
+
+    /// Its peer URL.
+    pub fn peer_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.peer_port)
     }
 }
 
@@ -380,24 +396,19 @@ impl EphdCluster {
         // A token of this run only, so no stray member of another test can
         // ever be taken for one of these.
         let token = format!("it-{}-{}", std::process::id(), ports[0].0);
+        let extra_args: Vec<String> = extra_args.iter().map(|a| a.to_string()).collect();
         let mut members = Vec::new();
         for (i, (client, peer)) in ports.iter().enumerate() {
-            let client_url = format!("http://127.0.0.1:{client}");
-            let peer_url = format!("{scheme}://127.0.0.1:{peer}");
-            let mut cmd = Command::new(env!("CARGO_BIN_EXE_ephd"));
-            cmd.arg(format!("--name=m{i}"))
-                .args(["--listen-client-urls", &client_url])
-                .args(["--advertise-client-urls", &client_url])
-                .args(["--listen-peer-urls", &peer_url])
-                .args(["--initial-advertise-peer-urls", &peer_url])
-                .args(["--initial-cluster", &initial])
-                .args(["--initial-cluster-token", &token])
-                .args(["--initial-cluster-state", "new"])
-                .arg(format!(
-                    "--listen-metrics-urls=http://127.0.0.1:{}",
-                    metrics[i]
-                ))
-                .args(extra_args);
+            let ports = (*client, *peer, metrics[i]);
+            let cmd = member_command(
+                &format!("m{i}"),
+                ports,
+                &initial,
+                &token,
+                "new",
+                &extra_args,
+                scheme,
+            );
             members.push(ClusterMember {
                 client_port: *client,
                 peer_port: *peer,
@@ -413,6 +424,10 @@ impl EphdCluster {
         }
         EphdCluster {
             members: members.into_iter().map(Some).collect(),
+            names: initial.split(',').map(str::to_string).collect(),
+            token,
+            extra_args,
+            scheme: scheme.to_string(),
         }
     }
 

@@ -1,0 +1,337 @@
+//! How a member starts in a cluster, and the peer service (on the peer
+//! listener, `ephd.internal.Membership`) that answers starting members.
+//!
+//! * `--initial-cluster-state new`: the member belongs to the initial
+//!   cluster. It first asks the other members what they know ([`probe`]).
+//!   A member that starts without its Raft state (ephd keeps none on disk)
+//!   must never vote or acknowledge under an ID that voted or acknowledged
+//!   before: if a running member of the same cluster (same
+//!   `--initial-cluster-token`) says this ID has already run in it, the
+//!   member refuses to start and says how to rejoin the etcd way
+//!   (MemberRemove, MemberAdd, start with `--initial-cluster-state
+//!   existing`). If the members that answer have no leader, a majority may
+//!   have lost its state: forming anew would drop acknowledged writes, so
+//!   the member refuses (`--force-new-cluster` is not built).
+//! * `--initial-cluster-state existing`: the member was added by MemberAdd.
+//!   It asks the running members for its ID (found by its peer URLs), the
+//!   cluster ID and the membership the log starts from ([`join`]), starts
+//!   Raft with them, and replays the leader's log.
+
+use super::membership::{MemberInfo, Membership};
+use super::node::Node;
+use super::reconfig::{Boot, Progress};
+use crate::config::ClusterConfig;
+use crate::error::Error;
+use crate::proto::ephd::internal::{
+    membership_client::MembershipClient,
+    membership_server::{Membership as MembershipRpc, MembershipServer},
+    JoinRequest, JoinResponse, ProbeRequest, ProbeResponse, PromoteRequest, PromoteResponse,
+};
+use std::sync::Arc;
+use std::time::Duration;
+use tonic::{Request, Response, Status};
+
+/// How long one call to another member may take while starting.
+const ASK_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a joining member keeps asking the running members.
+const JOIN_PATIENCE: Duration = Duration::from_secs(20);
+
+/// What this member starts its Raft node with: found alone from
+/// `--initial-cluster` for a new cluster (after checking that no running
+/// cluster knows this ID), or from the running members when joining.
+pub async fn bootstrap(config: &ClusterConfig, client_urls: Vec<String>) -> Result<Boot, String> {
+    super::peers::init_tls(config.peer_tls.as_ref())?;
+    let initial = Membership::of(config.members.iter().map(|m| MemberInfo {
+        id: m.id,
+        name: m.name.clone(),
+        peer_urls: m.peer_urls.clone(),
+        client_urls: Vec::new(),
+        is_learner: false,
+    }));
+    if config.existing {
+        return join(config, client_urls).await;
+    }
+    let id = config.member_id();
+    probe(config, id).await?;
+    Ok(Boot {
+        id,
+        cluster_id: config.cluster_id(),
+        current: initial.clone(),
+        initial,
+        name: config.name.clone(),
+        client_urls,
+    })
+}
+
+/// The peer URLs of every other member `--initial-cluster` names.
+fn others(config: &ClusterConfig) -> Vec<String> {
+    config
+        .members
+        .iter()
+        .filter(|m| m.name != config.name)
+        .filter_map(|m| m.peer_urls.first().cloned())
+        .collect()
+}
+
+async fn client(url: &str) -> Option<MembershipClient<tonic::transport::Channel>> {
+    let channel = super::peers::endpoint(url)
+        .ok()?
+        .connect_timeout(ASK_TIMEOUT)
+        .connect()
+        .await
+        .ok()?;
+    Some(MembershipClient::new(channel))
+}
+
+/// Refuses to start when a running member of this cluster says this ID has
+/// already run in it (it would vote and acknowledge again with an empty
+/// log) or was removed.
+async fn probe(config: &ClusterConfig, id: u64) -> Result<(), String> {
+    let asks = others(config).into_iter().map(|url| async move {
+        let mut c = client(&url).await?;
+        let req = ProbeRequest {
+            token: config.token.clone(),
+            member_id: id,
+            peer_urls: config.advertise_peer_urls.clone(),
+        };
+        let mut req = Request::new(req);
+        req.set_timeout(ASK_TIMEOUT);
+        let r = c.probe(req).await.ok()?.into_inner();
+        Some((url, r))
+    });
+    let answers: Vec<(String, ProbeResponse)> = futures::future::join_all(asks)
+        .await
+        .into_iter()
+        .flatten()
+        .filter(|(_, r)| r.token == config.token)
+        .collect();
+    let hex = format!("{id:x}");
+    if let Some((url, _)) = answers.iter().find(|(_, r)| r.asker_removed) {
+        return Err(format!(
+            "member {hex} was removed from the cluster (as the member at {url} says): a \
+             removed ID never joins again. Add this member anew with MemberAdd and start it \
+             with --initial-cluster-state existing"
+        ));
+    }
+    let Some((url, said)) = answers.iter().find(|(_, r)| r.asker_started) else {
+        return Ok(());
+    };
+    if answers.iter().any(|(_, r)| r.leader != 0) {
+        return Err(format!(
+            "member {hex} ({}) has already run in the cluster with token {:?} (as the member \
+             at {url} says), and this process starts without its raft state: it must not \
+             vote or acknowledge under its old ID. Rejoin the etcd way: `etcdctl member \
+             remove {hex}`, `etcdctl member add {} --peer-urls={}`, then start this member \
+             with --initial-cluster-state existing",
+            config.name,
+            config.token,
+            config.name,
+            config.advertise_peer_urls.join(","),
+        ));
+    }
+    Err(format!(
+        "member {hex} ({}) has already run in the cluster with token {:?} (as the member at \
+         {url} says, whose last committed index is {}), and the members that answer have no \
+         leader: a majority may have lost its state. Forming the cluster anew could lose \
+         acknowledged writes that only the surviving members hold; ephd refuses \
+         (--force-new-cluster, which would start over from a surviving member, is not \
+         built yet)",
+        config.name, config.token, said.committed,
+    ))
+}
+
+/// Asks the running members (those `--initial-cluster` names) what this
+/// member, added by MemberAdd, starts with.
+async fn join(config: &ClusterConfig, client_urls: Vec<String>) -> Result<Boot, String> {
+    let deadline = tokio::time::Instant::now() + JOIN_PATIENCE;
+    let mut last = String::from("no member answered");
+    loop {
+        let mut refused = None;
+        for url in others(config) {
+            let Some(mut c) = client(&url).await else {
+                last = format!("{url}: not reachable");
+                continue;
+            };
+            let mut req = Request::new(JoinRequest {
+                token: config.token.clone(),
+                peer_urls: config.advertise_peer_urls.clone(),
+            });
+            req.set_timeout(ASK_TIMEOUT);
+            match c.join(req).await {
+                Ok(r) => {
+                    let r = r.into_inner();
+                    tracing::info!(
+                        member_id = %format_args!("{:x}", r.member_id),
+                        from = %url,
+                        "joining a running cluster"
+                    );
+                    return Ok(Boot {
+                        id: r.member_id,
+                        cluster_id: r.cluster_id,
+                        initial: Membership::from_state(r.initial.unwrap_or_default()),
+                        current: Membership::from_state(r.current.unwrap_or_default()),
+                        name: config.name.clone(),
+                        client_urls,
+                    });
+                }
+                // A clear refusal (a member removed since, and still
+                // running, may be out of date: ask the others too).
+                Err(s) if s.code() == tonic::Code::FailedPrecondition => {
+                    refused = Some(format!("{url}: {}", s.message()));
+                }
+                Err(s) => last = format!("{url}: {}", s.message()),
+            }
+        }
+        if let Some(why) = refused {
+            return Err(format!("cannot join the cluster: {why}"));
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(format!(
+                "cannot join the cluster (--initial-cluster-state existing): {last}"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// MemberPromote on a follower: the leader decides.
+pub(super) async fn forward_promote(node: &Node, id: u64) -> crate::error::Result<Membership> {
+    let leader = node.status().leader().ok_or(Error::NoLeader)?;
+    let url = node
+        .membership()
+        .get(leader)
+        .and_then(|m| m.peer_urls.first().cloned())
+        .ok_or(Error::NoLeader)?;
+    let mut c = client(&url).await.ok_or(Error::NoLeader)?;
+    let mut req = Request::new(PromoteRequest { member_id: id });
+    // The leader waits up to its request timeout for the change to apply.
+    req.set_timeout(node.request_timeout() + ASK_TIMEOUT);
+    match c.promote(req).await {
+        Ok(r) => Ok(Membership::from_state(
+            r.into_inner().current.unwrap_or_default(),
+        )),
+        Err(s) => Err(error_of(&s)),
+    }
+}
+
+/// The error a forwarded call answered with.
+fn error_of(s: &Status) -> Error {
+    [
+        Error::MemberNotFound,
+        Error::MemberNotLearner,
+        Error::LearnerNotReady,
+        Error::MemberNotEnoughStarted,
+        Error::NoLeader,
+        Error::Timeout,
+        Error::Stopped,
+    ]
+    .into_iter()
+    .find(|e| e.message() == s.message())
+    .unwrap_or(Error::Timeout)
+}
+
+/// The peer service answering starting members and forwarded promotions.
+pub struct MembershipService {
+    node: Arc<Node>,
+}
+
+/// The peer service for `node`, to serve on the peer listener.
+pub fn membership_service(node: &Arc<Node>) -> MembershipServer<MembershipService> {
+    MembershipServer::new(MembershipService { node: node.clone() })
+}
+
+impl MembershipService {
+    /// Whether member `id` has run in this cluster as a voter: it
+    /// published itself, or (on the leader) the leader has replicated
+    /// entries to it. A learner may start again without its state: it never votes and
+    /// its log never counts for a commit.
+    async fn has_run(&self, id: u64, m: &Membership) -> bool {
+        if m.get(id).is_some_and(|x| x.is_learner) {
+            return false;
+        }
+        if m.get(id).is_some_and(MemberInfo::has_published) {
+            return true;
+        }
+        let progress: Option<Progress> = self.node.progress().await.ok().flatten();
+        progress.is_some_and(|p| p.matched.get(&id).is_some_and(|i| *i > 0))
+    }
+
+    fn check_token(&self, token: &str) -> Result<(), Status> {
+        let ours = &self.node.members().token;
+        if token == ours {
+            Ok(())
+        } else {
+            Err(Status::failed_precondition(format!(
+                "--initial-cluster-token {token:?} is not this cluster's ({ours:?})"
+            )))
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl MembershipRpc for MembershipService {
+    async fn probe(&self, req: Request<ProbeRequest>) -> Result<Response<ProbeResponse>, Status> {
+        let req = req.into_inner();
+        let m = self.node.membership();
+        let status = self.node.status();
+        let same = req.token == self.node.members().token;
+        Ok(Response::new(ProbeResponse {
+            token: self.node.members().token.clone(),
+            cluster_id: self.node.cluster_id(),
+            member_id: self.node.id(),
+            leader: status.leader().unwrap_or(0),
+            committed: status.committed(),
+            asker_started: same && self.has_run(req.member_id, &m).await,
+            asker_removed: same && m.is_removed(req.member_id),
+        }))
+    }
+
+    async fn join(&self, req: Request<JoinRequest>) -> Result<Response<JoinResponse>, Status> {
+        let req = req.into_inner();
+        self.check_token(&req.token)?;
+        let m = self.node.membership();
+        let Some(member) = m.by_peer_urls(&req.peer_urls) else {
+            return Err(Status::failed_precondition(format!(
+                "no member has peer URLs {}: add it with MemberAdd first",
+                req.peer_urls.join(",")
+            )));
+        };
+        if self.has_run(member.id, &m).await {
+            return Err(Status::failed_precondition(format!(
+                "member {:x} with peer URLs {} has already run in this cluster and must not \
+                 vote or acknowledge again without its state: remove it (MemberRemove), add \
+                 it again (MemberAdd) and start it with --initial-cluster-state existing",
+                member.id,
+                req.peer_urls.join(",")
+            )));
+        }
+        Ok(Response::new(JoinResponse {
+            cluster_id: self.node.cluster_id(),
+            member_id: member.id,
+            initial: Some(self.node.members().initial.to_state()),
+            current: Some(m.to_state()),
+        }))
+    }
+
+    async fn promote(
+        &self,
+        req: Request<PromoteRequest>,
+    ) -> Result<Response<PromoteResponse>, Status> {
+        let id = req.into_inner().member_id;
+        let to_status = |e: Error| crate::api::status(e);
+        let progress = self
+            .node
+            .progress()
+            .await
+            .map_err(to_status)?
+            .ok_or_else(|| to_status(Error::NoLeader))?;
+        let after = self
+            .node
+            .promote_as_leader(id, &progress)
+            .await
+            .map_err(to_status)?;
+        Ok(Response::new(PromoteResponse {
+            current: Some(after.to_state()),
+        }))
+    }
+}
