@@ -12,7 +12,9 @@ mod exposure;
 mod load;
 mod yaml;
 
-pub use cluster::{member_id, ClusterConfig, Member, PeerTls};
+pub use cluster::{
+    member_id, ClusterConfig, Member, PeerTls, DEFAULT_CATCHUP_ENTRIES, DEFAULT_SNAPSHOT_COUNT,
+};
 pub use exposure::check_client_exposure;
 pub use load::{load, load_from, LoadError, Loaded, Notice};
 

@@ -47,6 +47,7 @@ pub mod config;
 pub mod embed;
 pub mod error;
 pub mod gateway;
+pub mod grpc_status;
 pub mod http;
 pub mod lease;
 pub mod logging;

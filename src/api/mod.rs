@@ -30,7 +30,7 @@ pub use overload::{Overload, PreEncoded, ResponsePermit, SendPreEncoded};
 pub use watch::WatchService;
 
 use crate::cluster::Proposer;
-use crate::error::{Code, Error};
+use crate::error::Error;
 use crate::metrics::Metrics;
 use crate::mvcc::Store;
 use crate::proto::etcdserverpb::ResponseHeader;
@@ -133,27 +133,7 @@ pub(crate) fn shutting_down() -> tonic::Status {
     status(Error::StreamShutdown)
 }
 
-/// Maps a core error to the gRPC status etcd sends for it.
-pub fn status(err: Error) -> tonic::Status {
-    status_of(&err)
-}
-
-fn status_of(err: &Error) -> tonic::Status {
-    let code = match err.code() {
-        Code::InvalidArgument => tonic::Code::InvalidArgument,
-        Code::OutOfRange => tonic::Code::OutOfRange,
-        Code::NotFound => tonic::Code::NotFound,
-        Code::FailedPrecondition => tonic::Code::FailedPrecondition,
-        Code::Unavailable => tonic::Code::Unavailable,
-        Code::Unimplemented => tonic::Code::Unimplemented,
-        Code::ResourceExhausted => tonic::Code::ResourceExhausted,
-        Code::DataLoss => tonic::Code::DataLoss,
-        Code::PermissionDenied => tonic::Code::PermissionDenied,
-        Code::Unauthenticated => tonic::Code::Unauthenticated,
-        Code::Unknown => tonic::Code::Unknown,
-    };
-    tonic::Status::new(code, err.message())
-}
+pub use crate::grpc_status::status;
 
 /// etcd rejects writes whose encoded size exceeds `--max-request-bytes`.
 pub(crate) fn check_size(info: &ServerInfo, len: usize) -> Result<(), tonic::Status> {

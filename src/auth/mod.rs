@@ -22,7 +22,6 @@
 //! token was ever issued and auth is off) the adapters do nothing else.
 
 pub mod cert;
-mod error;
 pub mod perms;
 mod state;
 mod tokens;
@@ -30,7 +29,7 @@ mod tokens;
 #[cfg(test)]
 mod tests;
 
-pub use error::{AuthError, MaintenanceRefusal, WATCH_PERMISSION_DENIED};
+pub use crate::error::{AuthError, MaintenanceRefusal, WATCH_PERMISSION_DENIED};
 pub use perms::{PermKind, Permission};
 pub use state::{Role, State, User, ROOT};
 

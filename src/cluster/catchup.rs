@@ -30,8 +30,8 @@
 //!   snapshot's compaction is cancelled as compacted, as after any
 //!   compaction).
 
-use super::node::Input;
-use super::snapshot::{self, Sections};
+use super::input::Input;
+use crate::mvcc::snapshot::{self, Sections};
 use crate::mvcc::Store;
 use bytes::Bytes;
 use crossbeam_channel::{Sender, TrySendError};
@@ -43,12 +43,7 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-/// `--snapshot-count` when not given: entries applied between two
-/// compactions of the in-memory log.
-pub const DEFAULT_SNAPSHOT_COUNT: u64 = 10_000;
-/// `--experimental-snapshot-catchup-entries` when not given: entries kept
-/// for slow followers after a compaction (etcd's `SnapshotCatchUpEntries`).
-pub const DEFAULT_CATCHUP_ENTRIES: u64 = 5_000;
+pub use crate::config::{DEFAULT_CATCHUP_ENTRIES, DEFAULT_SNAPSHOT_COUNT};
 
 /// What the Raft thread hands the apply thread, in log order.
 pub(super) enum Work {

@@ -17,9 +17,10 @@
 //!   cluster ID and the membership the log starts from ([`join`]), starts
 //!   Raft with them, and replays the leader's log.
 
+use super::input::Progress;
+use super::members::Boot;
 use super::membership::{MemberInfo, Membership};
 use super::node::Node;
-use super::reconfig::{Boot, Progress};
 use crate::config::ClusterConfig;
 use crate::error::Error;
 use crate::proto::ephd::internal::{
@@ -318,7 +319,7 @@ impl MembershipRpc for MembershipService {
         req: Request<PromoteRequest>,
     ) -> Result<Response<PromoteResponse>, Status> {
         let id = req.into_inner().member_id;
-        let to_status = |e: Error| crate::api::status(e);
+        let to_status = |e: Error| crate::grpc_status::status(e);
         let progress = self
             .node
             .progress()

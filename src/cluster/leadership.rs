@@ -17,10 +17,10 @@
 //!   member has been without a leader for three election timeouts
 //!   ([`leader_lost`]), so the client moves to another member.
 
-use super::node::{Input, Node};
+use super::input::Input;
+use super::node::Node;
 use crate::error::Error;
 use futures::future::{Either, Ready};
-use raft::{RawNode, StateRole};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -40,10 +40,7 @@ const NO_LEADER_CHECKS: u32 = 3;
 /// How often MoveLeader and the SIGTERM hand-over look for the new leader.
 const TRANSFER_POLL: Duration = Duration::from_millis(10);
 
-/// etcd's answer on a member that is not the leader.
-pub(super) fn not_leader() -> Status {
-    Status::new(Code::FailedPrecondition, "etcdserver: not leader")
-}
+pub(super) use super::lease_state::not_leader;
 
 /// etcd's answer for a target that is not a voting member.
 fn bad_transferee() -> Status {
@@ -61,32 +58,6 @@ fn transfer_timeout() -> Status {
     )
 }
 
-/// On the Raft thread: starts a leader transfer to `to`, or to the voter
-/// whose log matches the leader's furthest when `to` is `None`. Raft
-/// ignores it on a follower, and aborts it after an election timeout.
-pub(super) fn transfer<S: raft::Storage>(raw: &mut RawNode<S>, to: Option<u64>) {
-    if raw.raft.state != StateRole::Leader {
-        return;
-    }
-    let me = raw.raft.id;
-    let target = to.or_else(|| {
-        raw.raft
-            .prs()
-            .iter()
-            .filter(|(id, _)| **id != me)
-            .max_by_key(|(id, p)| (p.matched, std::cmp::Reverse(**id)))
-            .map(|(id, _)| *id)
-    });
-    if let Some(target) = target {
-        tracing::info!(
-            from = %format_args!("{me:x}"),
-            to = %format_args!("{target:x}"),
-            "transferring leadership"
-        );
-        raw.transfer_leader(target);
-    }
-}
-
 /// Maintenance.MoveLeader on a cluster member (see the module docs).
 pub async fn move_leader(node: &Node, target: u64) -> Result<(), Status> {
     let status = node.status();
@@ -101,7 +72,7 @@ pub async fn move_leader(node: &Node, target: u64) -> Result<(), Status> {
         return Ok(());
     }
     node.send(Input::TransferLeader(Some(target)))
-        .map_err(crate::api::status)?;
+        .map_err(crate::grpc_status::status)?;
     if wait_for_leader(node, |l| l == target, node.request_timeout()).await {
         Ok(())
     } else {
@@ -228,7 +199,7 @@ impl Lost {
 
     /// The status a cancelled stream ends with.
     pub fn status() -> Status {
-        crate::api::status(Error::NoLeader)
+        crate::grpc_status::status(Error::NoLeader)
     }
 }
 

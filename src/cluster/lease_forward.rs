@@ -23,18 +23,14 @@
 //!   change a lease has at most the checkpoint interval plus the time to
 //!   elect (about one election timeout) more than it had left.
 
-use super::leadership::not_leader;
+use super::lease_state::not_leader;
 use super::node::Node;
-use crate::api::{status, Shared};
-use crate::config::ClusterConfig;
 use crate::error::Error;
-use crate::mvcc::{Entry, LeaseKeepAliveResponse, LeaseTimeToLiveResponse, Store};
+use crate::grpc_status::status;
+use crate::mvcc::{Entry, LeaseKeepAliveResponse, LeaseTimeToLiveResponse};
 use crate::proto::ephd::internal::raft_transport_client::RaftTransportClient;
 use crate::proto::etcdserverpb as pb;
-use parking_lot::Mutex;
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use tonic::transport::Channel;
 use tonic::{Code, Status};
@@ -54,68 +50,6 @@ const REVOKES_PER_ROUND: usize = 100;
 /// entry every five election timeouts (about 20 bytes per long lease).
 pub fn checkpoint_interval(election: Duration) -> Duration {
     5 * election
-}
-
-/// The cluster-wide lease state of a member: who the voters are, links to
-/// the other members (for forwarding), and whether this member, as leader,
-/// has restarted the lease countdowns in its current term.
-pub struct LeaseForward {
-    me: u64,
-    peers: HashMap<u64, String>,
-    clients: Mutex<HashMap<u64, RaftTransportClient<Channel>>>,
-    store: Arc<Store>,
-    /// The term in which this member, as leader, restarted the countdowns
-    /// (0: not in any term yet).
-    promoted_term: AtomicU64,
-    /// Held by a checkpoint round from reading the time left until the
-    /// checkpoint is applied, and by a keep-alive while it renews: a
-    /// checkpoint read before a renewal can then never be applied after
-    /// it, which would shorten the renewed lease after a leader change.
-    checkpointing: tokio::sync::Mutex<()>,
-}
-
-impl LeaseForward {
-    /// The state of a member of `config` with `store`.
-    pub(super) fn new(config: &ClusterConfig, store: Arc<Store>) -> Self {
-        let me = config.member_id();
-        LeaseForward {
-            me,
-            peers: config
-                .members
-                .iter()
-                .map(|m| (m.id, m.peer_urls[0].clone()))
-                .collect(),
-            clients: Mutex::new(HashMap::new()),
-            store,
-            promoted_term: AtomicU64::new(0),
-            checkpointing: tokio::sync::Mutex::new(()),
-        }
-    }
-
-    /// Whether `id` is a voting member.
-    pub(super) fn is_voter(&self, id: u64) -> bool {
-        self.peers.contains_key(&id)
-    }
-
-    /// A client of member `id`'s peer service (connected lazily, kept).
-    fn client(&self, id: u64) -> Result<RaftTransportClient<Channel>, Status> {
-        if id == self.me {
-            return Err(not_leader());
-        }
-        let mut clients = self.clients.lock();
-        if let Some(c) = clients.get(&id) {
-            return Ok(c.clone());
-        }
-        let url = self.peers.get(&id).ok_or_else(|| status(Error::NoLeader))?;
-        let channel = super::peers::endpoint(url)
-            .map_err(|e| Status::unavailable(format!("invalid peer URL {url}: {e}")))?
-            .connect_timeout(Duration::from_secs(1))
-            .tcp_nodelay(true)
-            .connect_lazy();
-        let client = RaftTransportClient::new(channel);
-        clients.insert(id, client.clone());
-        Ok(client)
-    }
 }
 
 /// How long one forwarded call may take before the member looks for the
@@ -325,7 +259,11 @@ pub struct LeaderRounds {
 /// leader, restart the countdowns once per term, checkpoint every
 /// [`checkpoint_interval`], and propose a revoke for every expired lease,
 /// each carrying the term. Followers do nothing.
-pub async fn leader_round(shared: &Shared, node: &Node, rounds: &mut LeaderRounds) {
+pub async fn leader_round(
+    expired: &prometheus::IntCounter,
+    node: &Node,
+    rounds: &mut LeaderRounds,
+) {
     let s = node.status();
     if !s.is_leader() {
         return;
@@ -373,7 +311,7 @@ pub async fn leader_round(shared: &Shared, node: &Node, rounds: &mut LeaderRound
     for id in store.expired_leases(Instant::now(), REVOKES_PER_ROUND) {
         match node.propose_in_term(Entry::LeaseRevoke { id }, term).await {
             Ok(_) => {
-                shared.metrics.lease_expired.inc();
+                expired.inc();
                 tracing::debug!(lease = id, "lease expired");
             }
             // Revoked by a client meanwhile: nothing to do.

@@ -13,24 +13,25 @@
 
 use super::catchup::{self, CatchUp, LogCounters, LogStore, Work};
 use super::entry;
+use super::input::Input;
 use super::logger;
-use super::peers::{PeerChange, Peers};
-use super::reconfig::{self, Boot, Members};
+use super::members::{self, Boot, Members};
+use super::peers::Peers;
+use super::waiters::Waiters;
 use crate::config::ClusterConfig;
 use crate::error::{Error, Result};
 use crate::mvcc::{Applied, Entry, Store};
 use bytes::Bytes;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError};
 use parking_lot::Mutex;
-use raft::prelude::{ConfChange, EntryType, Message};
+use raft::prelude::EntryType;
 use raft::storage::MemStorage;
 use raft::{RawNode, ReadOnlyOption, StateRole};
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-use tokio::sync::{oneshot, watch};
+use tokio::sync::watch;
 
 /// Inputs the Raft thread takes; bounded, so a flood of peer messages or
 /// proposals is refused rather than queued without limit.
@@ -42,33 +43,6 @@ const INPUTS_PER_ROUND: usize = 1024;
 const MAX_MSG_BYTES: u64 = 1024 * 1024;
 /// Append messages in flight to one peer.
 const MAX_INFLIGHT: usize = 256;
-
-/// What the Raft thread is asked to do.
-pub(super) enum Input {
-    /// A message from a peer.
-    Step(Box<Message>),
-    /// A proposal of this member, with its number.
-    Propose { proposal: u64, data: Vec<u8> },
-    /// A ReadIndex request of this member, with its number.
-    ReadIndex { ctx: u64 },
-    /// Hand leadership to this member, or to the most caught-up voter
-    /// (see `leadership.rs`).
-    TransferLeader(Option<u64>),
-    /// The apply thread's snapshot at `index` is encoded (`catchup.rs`).
-    SnapshotBuilt { index: u64, term: u64, data: Bytes },
-    /// A snapshot sent to peer `to` was delivered, or failed.
-    SnapshotStatus { to: u64, ok: bool },
-    /// A membership change of this member, with its number (`reconfig.rs`).
-    ProposeConf { proposal: u64, cc: ConfChange },
-    /// A committed membership change the apply thread found valid: what
-    /// Raft's configuration and the peer connections do for it.
-    ApplyConf { cc: ConfChange, peer: PeerChange },
-    /// The leader's view of how far each member has replicated (`None` on
-    /// a member that is not the leader).
-    Progress(oneshot::Sender<Option<reconfig::Progress>>),
-    /// Stop the thread.
-    Stop,
-}
 
 /// The Raft state other threads may read (for Status, the expiry task and
 /// tests), published by the Raft and apply threads.
@@ -114,51 +88,6 @@ impl RaftStatus {
     }
 }
 
-/// Requests waiting for what Raft answers them (the result of applying
-/// their proposal, or a read index), by number.
-pub(super) struct Waiters<T>(Mutex<HashMap<u64, oneshot::Sender<T>>>);
-
-impl<T> Default for Waiters<T> {
-    fn default() -> Self {
-        Waiters(Mutex::new(HashMap::new()))
-    }
-}
-
-impl<T> Waiters<T> {
-    /// Registers a waiter for `number`; it is removed again when the
-    /// returned guard drops (the request is done, timed out, or its client
-    /// went away), so the map cannot grow with answers that never come.
-    pub(super) fn wait(&self, number: u64) -> (oneshot::Receiver<T>, Pending<'_, T>) {
-        let (tx, rx) = oneshot::channel();
-        self.0.lock().insert(number, tx);
-        (
-            rx,
-            Pending {
-                waiters: self,
-                number,
-            },
-        )
-    }
-
-    pub(super) fn finish(&self, number: u64, answer: T) {
-        if let Some(w) = self.0.lock().remove(&number) {
-            let _ = w.send(answer);
-        }
-    }
-}
-
-/// See [`Waiters::wait`].
-pub(super) struct Pending<'a, T> {
-    waiters: &'a Waiters<T>,
-    number: u64,
-}
-
-impl<T> Drop for Pending<'_, T> {
-    fn drop(&mut self) {
-        self.waiters.0.lock().remove(&self.number);
-    }
-}
-
 /// A running Raft member: what proposes and what reports Raft's state.
 pub struct Node {
     id: u64,
@@ -175,7 +104,7 @@ pub struct Node {
     threads: Mutex<Vec<JoinHandle<()>>>,
     /// The voters, links to the other members, and the lease state that
     /// only the leader's clock decides (see `lease_forward.rs`).
-    pub(super) leases: super::lease_forward::LeaseForward,
+    pub(super) leases: super::lease_state::LeaseForward,
     /// Membership: applied state, waiting changes, peer health.
     members: Arc<Members>,
 }
@@ -242,7 +171,7 @@ impl Node {
             .name("ephd-raft".into())
             .spawn(move || raft_loop.run())
             .map_err(|e| format!("cannot start the raft thread: {e}"))?;
-        let leases = super::lease_forward::LeaseForward::new(config, store.clone());
+        let leases = super::lease_state::LeaseForward::new(config, store.clone());
         let applier = Applier {
             id,
             store,
@@ -282,7 +211,6 @@ impl Node {
             leases,
             members,
         });
-        reconfig::publish(&node, boot.name, boot.client_urls);
         Ok(node)
     }
 
@@ -397,9 +325,9 @@ impl Node {
         for t in self.threads.lock().drain(..) {
             let _ = t.join();
         }
-        self.waiters.0.lock().clear();
-        self.reads.0.lock().clear();
-        self.members.waiters.0.lock().clear();
+        self.waiters.clear();
+        self.reads.clear();
+        self.members.waiters.clear();
     }
 }
 
@@ -479,13 +407,13 @@ impl RaftLoop {
                 }
             }
             Input::ReadIndex { ctx } => self.raw.read_index(ctx.to_be_bytes().to_vec()),
-            Input::TransferLeader(to) => super::leadership::transfer(&mut self.raw, to),
+            Input::TransferLeader(to) => transfer(&mut self.raw, to),
             Input::SnapshotBuilt { index, term, data } => {
                 self.catchup.built(&self.raw, index, term, data)
             }
             Input::SnapshotStatus { to, ok } => self.catchup.delivered(&mut self.raw, to, ok),
             Input::Stop => return false,
-            other => reconfig::take(&mut self.raw, &mut self.peers, &self.members, other),
+            other => members::take(&mut self.raw, &mut self.peers, &self.members, other),
         }
         true
     }
@@ -593,7 +521,7 @@ impl Applier {
                         self.apply_one(e.get_index(), e.get_term(), e.take_data());
                     }
                     EntryType::EntryConfChange => {
-                        reconfig::apply_entry(&self.members, self.id, &self.inbox, e.get_data());
+                        members::apply_entry(&self.members, self.id, &self.inbox, e.get_data());
                     }
                     // Empty entries (a new leader's first) change nothing;
                     // ephd proposes no ConfChangeV2.
@@ -625,5 +553,31 @@ impl Applier {
             // stores stay the same; the proposer times out.
             Err(e) => tracing::error!(index, error = %e, "raft entry skipped"),
         }
+    }
+}
+
+/// On the Raft thread: starts a leader transfer to `to`, or to the voter
+/// whose log matches the leader's furthest when `to` is `None`. Raft
+/// ignores it on a follower, and aborts it after an election timeout.
+fn transfer<S: raft::Storage>(raw: &mut RawNode<S>, to: Option<u64>) {
+    if raw.raft.state != StateRole::Leader {
+        return;
+    }
+    let me = raw.raft.id;
+    let target = to.or_else(|| {
+        raw.raft
+            .prs()
+            .iter()
+            .filter(|(id, _)| **id != me)
+            .max_by_key(|(id, p)| (p.matched, std::cmp::Reverse(**id)))
+            .map(|(id, _)| *id)
+    });
+    if let Some(target) = target {
+        tracing::info!(
+            from = %format_args!("{me:x}"),
+            to = %format_args!("{target:x}"),
+            "transferring leadership"
+        );
+        raw.transfer_leader(target);
     }
 }

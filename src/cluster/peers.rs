@@ -16,8 +16,8 @@
 //! TLS every connection is TLS, with this member's peer certificate.
 
 use super::catchup;
+use super::input::{Input, PeerChange};
 use super::membership::MemberInfo;
-use super::node::Input;
 use crate::config::PeerTls;
 use crate::proto::ephd::internal::{raft_transport_client::RaftTransportClient, RaftBatch};
 use bytes::Bytes;
@@ -69,24 +69,6 @@ impl PeerHealth {
     pub(super) fn active_since(&self, id: u64) -> Option<Instant> {
         self.0.lock().get(&id).copied()
     }
-}
-
-/// How the set of peers changes with an applied membership change.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum PeerChange {
-    /// Nothing to do.
-    None,
-    /// Connect to this peer (again, if its URL changed).
-    Upsert {
-        /// Member ID.
-        id: u64,
-        /// For log lines.
-        name: String,
-        /// Where it is reached.
-        url: String,
-    },
-    /// Stop sending to this peer.
-    Remove(u64),
 }
 
 /// A message queued for a peer; a snapshot's delivery is reported to the

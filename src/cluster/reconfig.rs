@@ -13,17 +13,12 @@
 //! The proposing member answers its client with the membership after the
 //! change.
 
+use super::input::{Input, Progress};
+use super::members::Boot;
 use super::membership::{Change, MemberInfo, Membership};
-use super::node::{Input, Node, Waiters};
-use super::peers::{display_name, PeerChange, PeerHealth, Peers};
+use super::node::Node;
 use crate::config::ClusterConfig;
 use crate::error::{Error, Result};
-use crossbeam_channel::Sender;
-use parking_lot::RwLock;
-use protobuf::Message as _;
-use raft::prelude::ConfChange;
-use raft::{RawNode, StateRole};
-use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -33,181 +28,6 @@ const HEALTH_INTERVAL: Duration = Duration::from_secs(5);
 /// How far a learner must have replicated, relative to the leader, to be
 /// promoted (etcd's `readyPercent`).
 const READY_PERCENT: f64 = 0.9;
-
-/// What a member starts its Raft node with (`join.rs` finds it).
-#[derive(Debug, Clone)]
-pub struct Boot {
-    /// This member's ID.
-    pub id: u64,
-    /// The cluster's ID.
-    pub cluster_id: u64,
-    /// The membership the cluster's log starts from (Raft's configuration
-    /// at index 0): the initial cluster.
-    pub initial: Membership,
-    /// The membership applied now, as far as known at start (whom to
-    /// connect to while replaying the log).
-    pub current: Membership,
-    /// This member's `--name`, which it publishes once it has a leader.
-    pub name: String,
-    /// Its advertised client URLs, published likewise.
-    pub client_urls: Vec<String>,
-}
-
-/// The leader's replication progress: how far each member's log matches.
-#[derive(Debug, Clone, Default)]
-pub struct Progress {
-    /// The leader's ID.
-    pub leader: u64,
-    /// Matched log index by member ID.
-    pub matched: HashMap<u64, u64>,
-}
-
-/// Membership's shared state, held by the node and its two threads.
-pub(super) struct Members {
-    /// The applied membership (changed by the apply thread only).
-    pub(super) current: RwLock<Membership>,
-    /// The membership the log starts from, which a joining member needs.
-    pub(super) initial: Membership,
-    /// Proposed changes waiting for their result.
-    pub(super) waiters: Waiters<Result<Membership>>,
-    /// Since when each peer has answered.
-    pub(super) health: Arc<PeerHealth>,
-    /// `--initial-cluster-token`.
-    pub(super) token: String,
-    /// The cluster ID.
-    pub(super) cluster_id: u64,
-}
-
-impl Members {
-    pub(super) fn new(boot: &Boot, config: &ClusterConfig) -> Members {
-        Members {
-            // The log is applied from its start: a joining member replays
-            // every change since the initial cluster (`boot.current` only
-            // tells it whom to connect to meanwhile).
-            current: RwLock::new(boot.initial.clone()),
-            initial: boot.initial.clone(),
-            waiters: Waiters::default(),
-            health: Arc::new(PeerHealth::default()),
-            token: config.token.clone(),
-            cluster_id: boot.cluster_id,
-        }
-    }
-}
-
-/// Raft-thread side of membership inputs.
-pub(super) fn take(
-    raw: &mut RawNode<super::catchup::LogStore>,
-    peers: &mut Peers,
-    members: &Members,
-    input: Input,
-) {
-    match input {
-        Input::ProposeConf { proposal, cc } => {
-            if raw.propose_conf_change(Vec::new(), cc).is_err() {
-                members.waiters.finish(proposal, Err(Error::NoLeader));
-            }
-        }
-        Input::ApplyConf { cc, peer } => {
-            if cc.get_node_id() != 0 {
-                match raw.apply_conf_change(&cc) {
-                    Ok(cs) => raw.mut_store().wl().set_conf_state(cs),
-                    Err(e) => tracing::error!(error = %e, "raft refused a membership change"),
-                }
-            }
-            peers.change(peer);
-        }
-        Input::Progress(reply) => {
-            let raft = &raw.raft;
-            let progress = (raft.state == StateRole::Leader).then(|| Progress {
-                leader: raft.id,
-                matched: raft.prs().iter().map(|(id, p)| (*id, p.matched)).collect(),
-            });
-            let _ = reply.send(progress);
-        }
-        Input::Step(_)
-        | Input::Propose { .. }
-        | Input::ReadIndex { .. }
-        | Input::Stop
-        | Input::TransferLeader(_)
-        | Input::SnapshotBuilt { .. }
-        | Input::SnapshotStatus { .. } => {
-            unreachable!("handled by the raft loop")
-        }
-    }
-}
-
-/// Apply-thread side: applies a committed conf change entry to the
-/// membership, hands Raft's part to the Raft thread, and answers the
-/// proposer.
-pub(super) fn apply_entry(members: &Members, me: u64, inbox: &Sender<Input>, data: &[u8]) {
-    let cc = match ConfChange::parse_from_bytes(data) {
-        Ok(cc) => cc,
-        Err(e) => {
-            tracing::error!(error = %e, "undecodable membership change skipped");
-            return;
-        }
-    };
-    let (change, proposer, proposal) = match Change::from_conf_change(&cc) {
-        Ok(c) => c,
-        Err(e) => {
-            tracing::error!(error = %e, "membership change skipped");
-            return;
-        }
-    };
-    let result = {
-        let mut current = members.current.write();
-        current.apply(&change).map(|()| current.clone())
-    };
-    match &result {
-        Ok(after) => {
-            let peer = peer_change(&change, after);
-            let raft = change.raft_change();
-            if raft.get_node_id() != 0 || peer != PeerChange::None {
-                // Blocks only while the Raft thread's inbox is full; fails
-                // only when it has stopped.
-                let _ = inbox.send(Input::ApplyConf { cc: raft, peer });
-            }
-            log_applied(&change, me);
-        }
-        Err(e) => tracing::info!(change = ?change, error = %e, "membership change refused"),
-    }
-    if proposer == me {
-        members.waiters.finish(proposal, result);
-    }
-}
-
-fn peer_change(change: &Change, after: &Membership) -> PeerChange {
-    match change {
-        Change::Add(m) => upsert(m),
-        Change::UpdatePeerUrls { id, .. } => after.get(*id).map_or(PeerChange::None, upsert),
-        Change::Remove(id) => PeerChange::Remove(*id),
-        Change::Promote(_) | Change::Publish { .. } => PeerChange::None,
-    }
-}
-
-fn upsert(m: &MemberInfo) -> PeerChange {
-    match m.peer_urls.first() {
-        Some(url) => PeerChange::Upsert {
-            id: m.id,
-            name: display_name(m),
-            url: url.clone(),
-        },
-        None => PeerChange::None,
-    }
-}
-
-fn log_applied(change: &Change, me: u64) {
-    match change {
-        Change::Remove(id) if *id == me => tracing::error!(
-            member_id = %format_args!("{me:x}"),
-            "this member was removed from the cluster: it no longer votes or counts for \
-             commits; stop it (a member that lost its state joins again under a new ID: \
-             MemberAdd, then start it with --initial-cluster-state existing)"
-        ),
-        Change::Publish { .. } => {}
-        other => tracing::info!(change = ?other, "membership changed"),
-    }
-}
 
 impl Node {
     /// The applied membership.
@@ -407,6 +227,19 @@ pub fn check_urls(urls: &[String]) -> Result<()> {
 /// Once this member has a leader, publishes its name and client URLs
 /// through the log (etcd's `publish`), retrying until the applied
 /// membership shows them, so every member lists them.
+/// Starts this member's Raft node ([`Node::start`]) and has it publish its
+/// name and client URLs through the log once it has a leader.
+pub fn start_node(
+    config: &ClusterConfig,
+    store: Arc<crate::mvcc::Store>,
+    boot: Boot,
+) -> std::result::Result<Arc<Node>, String> {
+    let (name, client_urls) = (boot.name.clone(), boot.client_urls.clone());
+    let node = Node::start(config, store, boot)?;
+    publish(&node, name, client_urls);
+    Ok(node)
+}
+
 pub(super) fn publish(node: &Arc<Node>, name: String, client_urls: Vec<String>) {
     let weak: Weak<Node> = Arc::downgrade(node);
     let id = node.id();

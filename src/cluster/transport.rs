@@ -2,8 +2,9 @@
 //! (`ephd.internal.RaftTransport`) on the peer listener, which hands each
 //! message to the Raft thread. The sending side is `peers.rs`.
 
+use super::input::Input;
 use super::lease_forward;
-use super::node::{Input, Node};
+use super::node::Node;
 use crate::proto::ephd::internal::{raft_transport_server::RaftTransport, RaftAck, RaftBatch};
 use crate::proto::etcdserverpb as pb;
 use crossbeam_channel::Sender;

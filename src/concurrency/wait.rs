@@ -2,7 +2,7 @@
 //! by every commit, for the recipes' "wait until this key is deleted" and
 //! for following a leader key.
 
-use super::RecipeError;
+use super::recipe_error::RecipeError;
 use crate::error::Error;
 use crate::mvcc::{Event, Store};
 use crate::watch::{Output, WatchSpec, WatchStream};

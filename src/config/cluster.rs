@@ -15,6 +15,12 @@ use std::time::Duration;
 
 /// etcd's default `--listen-peer-urls` and `--initial-advertise-peer-urls`.
 pub const DEFAULT_PEER_URL: &str = "http://localhost:2380";
+/// `--snapshot-count` when not given: entries applied between two
+/// compactions of the in-memory log.
+pub const DEFAULT_SNAPSHOT_COUNT: u64 = 10_000;
+/// `--experimental-snapshot-catchup-entries` when not given: entries kept
+/// for slow followers after a compaction (etcd's `SnapshotCatchUpEntries`).
+pub const DEFAULT_CATCHUP_ENTRIES: u64 = 5_000;
 /// etcd's default `--initial-cluster-token`.
 pub const DEFAULT_TOKEN: &str = "etcd-cluster";
 /// etcd's default `--heartbeat-interval`, in milliseconds.
@@ -323,12 +329,12 @@ pub(super) fn build(
     };
     let snapshot_count = count(
         flags.snapshot_count,
-        crate::cluster::DEFAULT_SNAPSHOT_COUNT,
+        DEFAULT_SNAPSHOT_COUNT,
         "snapshot-count",
     )?;
     let catchup_entries = count(
         flags.catchup_entries,
-        crate::cluster::DEFAULT_CATCHUP_ENTRIES,
+        DEFAULT_CATCHUP_ENTRIES,
         "experimental-snapshot-catchup-entries",
     )?;
     let Some((_, own_urls)) = members.iter().find(|(n, _)| n == name) else {

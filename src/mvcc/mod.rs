@@ -44,6 +44,7 @@ pub mod range;
 mod read;
 mod restore;
 mod sequencer;
+pub mod snapshot;
 mod stats;
 mod store;
 mod types;

@@ -23,7 +23,7 @@ use crate::api::{
     LockService, MaintenanceService, Overload, SendPreEncoded, ServerInfo, Shared, WatchService,
 };
 use crate::cluster::leadership::RequireLeaderLayer;
-use crate::cluster::{Node, PeerService, Proposer};
+use crate::cluster::{PeerService, Proposer};
 use crate::config::{listen_addr, Config};
 use crate::metrics::{grpc::GrpcMetricsLayer, Metrics};
 use crate::mvcc::Store;
@@ -254,7 +254,7 @@ impl Server {
         let (peer_listeners, proposer) = match (&config.cluster, member) {
             (Some(c), Some(boot)) => {
                 let peers = bind_all(&c.listen_peer_urls).await?;
-                let node = Node::start(c, store.clone(), boot)?;
+                let node = crate::cluster::start_node(c, store.clone(), boot)?;
                 (peers, Proposer::Replicated(node))
             }
             _ => (Vec::new(), Proposer::Local),

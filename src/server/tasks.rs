@@ -250,7 +250,12 @@ pub(super) async fn expire_leases(shared: Shared) {
             _ = crate::api::stopped(&mut stop) => return,
         }
         if let Some(node) = shared.proposer.node() {
-            crate::cluster::lease_forward::leader_round(&shared, node, &mut rounds).await;
+            crate::cluster::lease_forward::leader_round(
+                &shared.metrics.lease_expired,
+                node,
+                &mut rounds,
+            )
+            .await;
             continue;
         }
         let s = shared.clone();

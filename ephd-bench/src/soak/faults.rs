@@ -346,8 +346,10 @@ impl Soak<'_> {
                 ));
             }
         }
-        // Not HTTP/2 at all, and HTTP/2 with a broken frame: the server
-        // must close the connection.
+        // Not HTTP at all, and HTTP/2 with a broken frame: the server must
+        // close the connection. An HTTP/1.1 request is served as etcd
+        // serves it on the client port (the JSON gateway and the health
+        // endpoints): asked to close, the server must answer and close.
         let junk: Vec<u8> = (0..2048u32).map(|i| (i * 7 + 3) as u8).collect();
         let mut preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
         // A SETTINGS frame whose length is not a multiple of 6: a
@@ -355,8 +357,8 @@ impl Soak<'_> {
         preface.extend_from_slice(&[0, 0, 5, 4, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5]);
         for (what, bytes) in [
             (
-                "an HTTP/1.1 request",
-                b"GET / HTTP/1.1\r\nHost: x\r\n\r\n".to_vec(),
+                "an HTTP/1.1 request asking to close",
+                b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".to_vec(),
             ),
             ("random bytes", junk),
             (

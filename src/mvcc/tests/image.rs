@@ -4,10 +4,10 @@
 //! replay like the original, and goes on applying entries exactly like
 //! it. Damaged snapshots are refused whole.
 
+use super::super::snapshot::{self, Sections, Snapshot};
 use super::super::*;
 use super::b;
 use super::determinism::{assert_same_state, leases, log, random_entry};
-use crate::cluster::snapshot::{self, Sections, Snapshot};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 

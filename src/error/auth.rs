@@ -84,8 +84,7 @@ impl AuthError {
 pub const WATCH_PERMISSION_DENIED: &str =
     "rpc error: code = PermissionDenied desc = etcdserver: permission denied";
 
-/// The gRPC codes of auth errors (a subset of [`crate::error::Code`]).
-pub use crate::error::Code;
+use super::Code;
 
 impl AuthError {
     /// The gRPC code etcd uses.
@@ -134,8 +133,8 @@ impl AuthError {
     }
 }
 
-impl From<AuthError> for crate::error::Error {
+impl From<AuthError> for super::Error {
     fn from(e: AuthError) -> Self {
-        crate::error::Error::Auth(e)
+        super::Error::Auth(e)
     }
 }

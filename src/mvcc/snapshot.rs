@@ -1,4 +1,5 @@
-//! The state-machine snapshot a cluster member sends a follower that is
+//! The state-machine snapshot (encoded here, in the store core, since it is
+//! the whole store; cluster mode sends it) a cluster member sends a follower that is
 //! further behind than the leader's Raft log reaches: the whole MVCC state
 //! ([`StoreImage`]: every key's history since the last compaction, the
 //! change log, the compacted and current revisions, leases with their

@@ -8,6 +8,10 @@
 //! in the `cancel_reason` field; they are the constants below. Nothing else
 //! in the crate invents error strings for clients.
 
+mod auth;
+
+pub use auth::{AuthError, MaintenanceRefusal, WATCH_PERMISSION_DENIED};
+
 use std::fmt;
 
 /// gRPC status codes used by etcd errors, kept free of any gRPC crate so the
@@ -97,8 +101,8 @@ pub enum Error {
     /// this answer.
     AuthNotEnabled,
     /// Every other auth error (users, roles, permissions, tokens): their
-    /// table is in [`crate::auth::AuthError`].
-    Auth(crate::auth::AuthError),
+    /// table is in [`AuthError`].
+    Auth(AuthError),
     /// MemberAdd, MemberRemove, MemberUpdate, MemberPromote: ephd is always
     /// a single member.
     MembershipUnsupported,
@@ -370,7 +374,7 @@ mod tests {
                 "etcdserver: authentication is not enabled",
             ),
             (
-                Error::Auth(crate::auth::AuthError::InvalidAuthToken),
+                Error::Auth(AuthError::InvalidAuthToken),
                 Code::Unauthenticated,
                 "etcdserver: invalid auth token",
             ),

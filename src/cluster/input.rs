@@ -1,0 +1,63 @@
+//! What the Raft thread is asked to do, and the small types those requests
+//! carry: a leaf of cluster mode's modules, so the Raft thread (`node.rs`)
+//! and everything that talks to it (peers, catch-up, membership,
+//! leadership) share it without depending on one another.
+
+use bytes::Bytes;
+use raft::prelude::{ConfChange, Message};
+use std::collections::HashMap;
+use tokio::sync::oneshot;
+
+/// What the Raft thread is asked to do.
+pub(super) enum Input {
+    /// A message from a peer.
+    Step(Box<Message>),
+    /// A proposal of this member, with its number.
+    Propose { proposal: u64, data: Vec<u8> },
+    /// A ReadIndex request of this member, with its number.
+    ReadIndex { ctx: u64 },
+    /// Hand leadership to this member, or to the most caught-up voter
+    /// (see `leadership.rs`).
+    TransferLeader(Option<u64>),
+    /// The apply thread's snapshot at `index` is encoded (`catchup.rs`).
+    SnapshotBuilt { index: u64, term: u64, data: Bytes },
+    /// A snapshot sent to peer `to` was delivered, or failed.
+    SnapshotStatus { to: u64, ok: bool },
+    /// A membership change of this member, with its number (`reconfig.rs`).
+    ProposeConf { proposal: u64, cc: ConfChange },
+    /// A committed membership change the apply thread found valid: what
+    /// Raft's configuration and the peer connections do for it.
+    ApplyConf { cc: ConfChange, peer: PeerChange },
+    /// The leader's view of how far each member has replicated (`None` on
+    /// a member that is not the leader).
+    Progress(oneshot::Sender<Option<Progress>>),
+    /// Stop the thread.
+    Stop,
+}
+
+/// How the set of peers changes with an applied membership change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum PeerChange {
+    /// Nothing to do.
+    None,
+    /// Connect to this peer (again, if its URL changed).
+    Upsert {
+        /// Member ID.
+        id: u64,
+        /// For log lines.
+        name: String,
+        /// Where it is reached.
+        url: String,
+    },
+    /// Stop sending to this peer.
+    Remove(u64),
+}
+
+/// The leader's replication progress: how far each member's log matches.
+#[derive(Debug, Clone, Default)]
+pub struct Progress {
+    /// The leader's ID.
+    pub leader: u64,
+    /// Matched log index by member ID.
+    pub matched: HashMap<u64, u64>,
+}
