@@ -44,6 +44,7 @@ pub mod auth;
 pub mod cluster;
 pub mod concurrency;
 pub mod config;
+mod der;
 pub mod embed;
 pub mod error;
 pub mod gateway;

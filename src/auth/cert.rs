@@ -5,39 +5,14 @@
 //! `TBSCertificate` to its subject, bounds-checked, and gives up (`None`)
 //! on anything unexpected.
 
+use crate::der::{expect, tlv};
+
 const SEQUENCE: u8 = 0x30;
 const SET: u8 = 0x31;
 const OID: u8 = 0x06;
 const VERSION: u8 = 0xa0;
 /// id-at-commonName, 2.5.4.3.
 const CN_OID: &[u8] = &[0x55, 0x04, 0x03];
-
-/// One DER element of `input`: tag, content, rest.
-fn tlv(input: &[u8]) -> Option<(u8, &[u8], &[u8])> {
-    let (&tag, input) = input.split_first()?;
-    let (&first, mut input) = input.split_first()?;
-    let len = if first < 0x80 {
-        usize::from(first)
-    } else {
-        let n = usize::from(first & 0x7f);
-        if n == 0 || n > 4 || input.len() < n {
-            return None;
-        }
-        let (bytes, after) = input.split_at(n);
-        input = after;
-        bytes.iter().fold(0usize, |l, &b| (l << 8) | usize::from(b))
-    };
-    if input.len() < len {
-        return None;
-    }
-    let (content, rest) = input.split_at(len);
-    Some((tag, content, rest))
-}
-
-fn expect(input: &[u8], tag: u8) -> Option<(&[u8], &[u8])> {
-    let (t, content, rest) = tlv(input)?;
-    (t == tag).then_some((content, rest))
-}
 
 /// The first common name in the subject of the DER certificate `der`.
 pub fn common_name(der: &[u8]) -> Option<String> {

@@ -106,8 +106,6 @@ pub enum Error {
     /// MemberAdd, MemberRemove, MemberUpdate, MemberPromote: ephd is always
     /// a single member.
     MembershipUnsupported,
-    /// Maintenance.MoveLeader: there is no other member.
-    MoveLeaderUnsupported,
     /// Maintenance.Downgrade.
     DowngradeUnsupported,
     /// A membership change names a member that is not (or no longer) in
@@ -164,9 +162,7 @@ impl Error {
             Error::NoSpace | Error::TooManyRequests => Code::ResourceExhausted,
             Error::Corrupt => Code::DataLoss,
             Error::Auth(e) => e.code(),
-            Error::MembershipUnsupported
-            | Error::MoveLeaderUnsupported
-            | Error::DowngradeUnsupported => Code::Unimplemented,
+            Error::MembershipUnsupported | Error::DowngradeUnsupported => Code::Unimplemented,
         }
     }
 
@@ -200,7 +196,6 @@ impl Error {
             Error::MembershipUnsupported => {
                 "ephd: membership changes are not supported (ephd runs as a single member)"
             }
-            Error::MoveLeaderUnsupported => "ephd: there is no other member to move leadership to",
             Error::DowngradeUnsupported => "ephd: downgrade is not supported",
             Error::MemberNotFound => "etcdserver: member not found",
             Error::MemberExist => "etcdserver: member ID already exist",
@@ -382,11 +377,6 @@ mod tests {
                 Error::MembershipUnsupported,
                 Code::Unimplemented,
                 "ephd: membership changes are not supported (ephd runs as a single member)",
-            ),
-            (
-                Error::MoveLeaderUnsupported,
-                Code::Unimplemented,
-                "ephd: there is no other member to move leadership to",
             ),
             (
                 Error::DowngradeUnsupported,

@@ -9,6 +9,7 @@
 //! not expect; the certificate has been parsed by webpki before it is
 //! summarized, so that only happens for exotic encodings.
 
+use crate::der::{expect, tlv};
 use std::fmt::Write as _;
 
 /// What the logs say about a certificate.
@@ -58,38 +59,6 @@ pub(super) fn summarize(der: &[u8]) -> Option<Summary> {
         not_after: not_after.rfc3339(),
         not_after_unix: not_after.unix(),
     })
-}
-
-/// Splits one DER element off `input`: its tag, its content and what
-/// follows it. Only the definite, low-tag-number forms DER allows.
-fn tlv(input: &[u8]) -> Option<(u8, &[u8], &[u8])> {
-    let (&tag, input) = input.split_first()?;
-    if tag & 0x1f == 0x1f {
-        return None;
-    }
-    let (&first, mut input) = input.split_first()?;
-    let len = if first < 0x80 {
-        usize::from(first)
-    } else {
-        let n = usize::from(first & 0x7f);
-        if n == 0 || n > 4 || input.len() < n {
-            return None;
-        }
-        let (bytes, after) = input.split_at(n);
-        input = after;
-        bytes.iter().fold(0usize, |l, &b| (l << 8) | usize::from(b))
-    };
-    if input.len() < len {
-        return None;
-    }
-    let (content, rest) = input.split_at(len);
-    Some((tag, content, rest))
-}
-
-/// [`tlv`] that also requires the tag.
-fn expect(input: &[u8], tag: u8) -> Option<(&[u8], &[u8])> {
-    let (t, content, rest) = tlv(input)?;
-    (t == tag).then_some((content, rest))
 }
 
 fn hex(bytes: &[u8]) -> String {
