@@ -164,6 +164,10 @@ async fn shed_and_slow_calls_are_logged_once_per_period() {
     // Every unary call that takes any time at all is slow.
     g.warnings.set_slow(std::time::Duration::from_nanos(1));
     let (logs, _guard) = crate::logging::capture::capture(true);
+    // Other tests, in parallel, create and drop their own subscribers; a
+    // callsite first hit on a thread without one may have cached "never",
+    // so interest is worked out again now that this thread has one.
+    tracing::callsite::rebuild_interest_cache();
     let inner = tower::service_fn(|req: http::Request<tonic::body::Body>| async move {
         let resp = match req.uri().path() {
             "/etcdserverpb.KV/Range" => {
