@@ -94,7 +94,13 @@ impl Snapshot {
     /// The file the server writes for it.
     pub fn encode(&self) -> Vec<u8> {
         let kvs: Vec<_> = self.kvs.iter().cloned().map(Arc::new).collect();
-        encode_in_memory(self.revision, self.written_unix_ms, &kvs, &self.leases)
+        encode_in_memory(
+            self.revision,
+            self.written_unix_ms,
+            &kvs,
+            &self.leases,
+            None,
+        )
     }
 
     /// What reading that file back at `now_unix_ms` must give.

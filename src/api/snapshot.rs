@@ -51,8 +51,9 @@ fn produce(store: &Store, tx: Sender) {
     let started = Instant::now();
     let (revision, kvs) = store.live_kvs();
     let leases = store.leases_for_snapshot();
+    let auth = store.auth().image(false);
     let written = persist::wall_clock_ms();
-    let total = persist::encoded_len(revision, written, &kvs, &leases);
+    let total = persist::encoded_len(revision, written, &kvs, &leases, Some(&auth));
     tracing::info!(
         revision,
         keys = kvs.len(),
@@ -66,8 +67,8 @@ fn produce(store: &Store, tx: Sender) {
         total,
         sent: 0,
     };
-    let result =
-        persist::encode_to(&mut out, revision, written, &kvs, &leases).and_then(|_| out.finish());
+    let result = persist::encode_to(&mut out, revision, written, &kvs, &leases, Some(&auth))
+        .and_then(|_| out.finish());
     match result {
         Ok(()) => tracing::info!(
             revision,

@@ -22,6 +22,7 @@
 //! token was ever issued and auth is off) the adapters do nothing else.
 
 pub mod cert;
+mod image;
 pub mod perms;
 mod state;
 mod tokens;
@@ -30,6 +31,7 @@ mod tokens;
 mod tests;
 
 pub use crate::error::{AuthError, MaintenanceRefusal, WATCH_PERMISSION_DENIED};
+pub use image::AuthImage;
 pub use perms::{PermKind, Permission};
 pub use state::{Role, State, User, ROOT};
 
@@ -302,6 +304,36 @@ impl AuthStore {
             self.active.store(true, Ordering::Relaxed);
         }
         Ok(())
+    }
+
+    /// A copy of the whole auth state for a snapshot; live tokens too with
+    /// `with_tokens` (Raft snapshots; never files, see `image.rs`).
+    pub fn image(&self, with_tokens: bool) -> AuthImage {
+        let state = self.state.read();
+        AuthImage {
+            state: state.clone(),
+            revision: self.revision(),
+            tokens: if with_tokens {
+                self.tokens.live()
+            } else {
+                Vec::new()
+            },
+        }
+    }
+
+    /// Replaces the whole auth state with a snapshot's: users, roles, the
+    /// enabled flag, the auth revision and the tokens (the image's only; a
+    /// token this member knew and the image lacks is forgotten).
+    pub fn install(&self, image: AuthImage) {
+        let mut state = self.state.write();
+        *state = image.state;
+        self.revision.store(image.revision, Ordering::Release);
+        let any_token = !image.tokens.is_empty();
+        self.tokens.replace(image.tokens);
+        self.enabled.store(state.enabled, Ordering::Release);
+        if state.enabled || any_token {
+            self.active.store(true, Ordering::Relaxed);
+        }
     }
 
     /// Who a request comes from: its token (`token` or `authorization`

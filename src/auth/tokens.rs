@@ -87,4 +87,35 @@ impl Tokens {
     pub fn clear(&self) {
         self.issued.lock().clear();
     }
+
+    /// Every live token and its user, sorted by token (a Raft snapshot
+    /// carries them).
+    pub fn live(&self) -> Vec<(String, String)> {
+        let now = Instant::now();
+        let issued = self.issued.lock();
+        let mut out: Vec<_> = issued
+            .iter()
+            .filter(|(_, i)| now.duration_since(i.last_used) < self.ttl)
+            .map(|(t, i)| (t.clone(), i.user.clone()))
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// Replaces every token with `tokens`, each fresh (used now).
+    pub fn replace(&self, tokens: Vec<(String, String)>) {
+        let now = Instant::now();
+        *self.issued.lock() = tokens
+            .into_iter()
+            .map(|(token, user)| {
+                (
+                    token,
+                    Issued {
+                        user,
+                        last_used: now,
+                    },
+                )
+            })
+            .collect();
+    }
 }

@@ -28,7 +28,9 @@
 //!   their cursors and read on from the installed change log, which holds
 //!   the very events they would have applied (a watcher below the
 //!   snapshot's compaction is cancelled as compacted, as after any
-//!   compaction).
+//!   compaction). The member list and the auth state (users, roles,
+//!   enabled flag, auth revision, live tokens) travel beside the store as
+//!   the snapshot's sections and are installed with it.
 
 use super::input::Input;
 use crate::mvcc::snapshot::{self, Sections};
@@ -343,13 +345,21 @@ impl CatchUp {
 
 /// The apply thread's side of a capture: the image at `index` (term
 /// `term`) is encoded on a thread of its own and handed to the Raft thread.
-pub(super) fn capture(store: &Store, index: u64, term: u64, inbox: Sender<Input>) {
+/// `sections` is the state kept beside the store at the same index
+/// (`sections.rs`).
+pub(super) fn capture(
+    store: &Store,
+    sections: Sections,
+    index: u64,
+    term: u64,
+    inbox: Sender<Input>,
+) {
     let image = store.image();
     let snap = snapshot::Snapshot {
         raft_index: index,
         raft_term: term,
         image,
-        sections: sections(),
+        sections,
     };
     let spawned = std::thread::Builder::new()
         .name("ephd-snapshot".into())
@@ -363,18 +373,28 @@ pub(super) fn capture(store: &Store, index: u64, term: u64, inbox: Sender<Input>
 }
 
 /// The apply thread's side of an install: decodes the whole snapshot
-/// first, then replaces the store's state. Returns the installed index.
+/// first, its sections with `decode_sections` too, then replaces the
+/// store's state. Returns the installed index and the decoded sections,
+/// for the caller to install.
 /// A snapshot that does not decode means this member can no longer follow
 /// the log (the leader compacted what it lacks): it stops with an error
 /// rather than serve a store that differs from the others.
-pub(super) fn install(store: &Store, snap: &RaftSnapshot, counters: &LogCounters) -> u64 {
+pub(super) fn install<S>(
+    store: &Store,
+    snap: &RaftSnapshot,
+    counters: &LogCounters,
+    decode_sections: impl FnOnce(&Sections) -> Result<S, String>,
+) -> (u64, S) {
     let index = snap.get_metadata().index;
     let decoded = match snapshot::decode(snap.get_data()) {
         Ok(d) if d.raft_index == index => d,
         Ok(d) => fatal(index, &format!("it says index {}", d.raft_index)),
         Err(e) => fatal(index, &e),
     };
-    install_sections(&decoded.sections);
+    let sections = match decode_sections(&decoded.sections) {
+        Ok(s) => s,
+        Err(e) => fatal(index, &e),
+    };
     store.install_image(decoded.image);
     counters.installed.fetch_add(1, Ordering::Relaxed);
     counters
@@ -385,7 +405,7 @@ pub(super) fn install(store: &Store, snap: &RaftSnapshot, counters: &LogCounters
         revision = store.current_revision(),
         "raft snapshot installed"
     );
-    index
+    (index, sections)
 }
 
 fn fatal(index: u64, why: &str) -> ! {
@@ -396,16 +416,6 @@ fn fatal(index: u64, why: &str) -> ! {
     );
     std::process::exit(1);
 }
-
-/// HOOK for the coordinator: the sections other parts of cluster mode add
-/// to a snapshot (membership: `members`; auth: `auth`). None exist yet.
-fn sections() -> Sections {
-    Sections::default()
-}
-
-/// HOOK for the coordinator: installs the sections of a received snapshot
-/// (membership, auth) together with the store. Nothing to do yet.
-fn install_sections(_sections: &Sections) {}
 
 /// Reports a snapshot's delivery to the Raft thread; waits for room in its
 /// inbox off the async workers when it is full, since a lost report would

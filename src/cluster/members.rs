@@ -150,6 +150,31 @@ pub(super) fn apply_entry(members: &Members, me: u64, inbox: &Sender<Input>, dat
     }
 }
 
+/// Apply-thread side of a snapshot install: the member list the snapshot
+/// carries replaces this member's (the changes it lacks were compacted out
+/// of the leader's log), and the peer connections follow it. Raft's own
+/// configuration comes with the snapshot's metadata.
+pub(super) fn install(members: &Members, inbox: &Sender<Input>, installed: Membership) {
+    let before = std::mem::replace(&mut *members.current.write(), installed.clone());
+    let gone = before
+        .members()
+        .filter(|m| installed.get(m.id).is_none())
+        .map(|m| PeerChange::Remove(m.id));
+    let now = installed.members().map(upsert);
+    for peer in gone.chain(now).filter(|p| *p != PeerChange::None) {
+        let _ = inbox.send(Input::ApplyConf {
+            cc: ConfChange::default(),
+            peer,
+        });
+    }
+    if before != installed {
+        tracing::info!(
+            members = installed.members().count(),
+            "member list installed from a raft snapshot"
+        );
+    }
+}
+
 fn peer_change(change: &Change, after: &Membership) -> PeerChange {
     match change {
         Change::Add(m) => upsert(m),

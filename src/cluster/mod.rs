@@ -38,6 +38,7 @@ pub mod membership;
 mod node;
 mod peers;
 mod reconfig;
+mod sections;
 mod transport;
 mod waiters;
 

@@ -17,6 +17,7 @@ use super::input::Input;
 use super::logger;
 use super::members::{self, Boot, Members};
 use super::peers::Peers;
+use super::sections;
 use super::waiters::Waiters;
 use crate::config::ClusterConfig;
 use crate::error::{Error, Result};
@@ -499,7 +500,9 @@ impl Applier {
             let batch = match work {
                 Work::Entries(batch) => batch,
                 Work::Install(snap) => {
-                    let index = catchup::install(&self.store, &snap, self.status.log());
+                    let (index, sections) =
+                        catchup::install(&self.store, &snap, self.status.log(), sections::decode);
+                    sections::install(sections, &self.store, &self.members, &self.inbox);
                     self.term = snap.get_metadata().term;
                     self.status.applied.store(index, Ordering::Relaxed);
                     self.applied.send_replace(index);
@@ -507,7 +510,8 @@ impl Applier {
                 }
                 Work::Capture => {
                     let index = self.status.applied();
-                    catchup::capture(&self.store, index, self.term, self.inbox.clone());
+                    let sections = sections::capture(&self.store, &self.members);
+                    catchup::capture(&self.store, sections, index, self.term, self.inbox.clone());
                     continue;
                 }
             };

@@ -42,18 +42,17 @@ const KIND_END: u8 = 0xff;
 /// `--max-request-bytes`, but a history holds many versions).
 const MAX_RECORD: usize = 256 << 20;
 
-/// State of cluster mode kept outside the MVCC store, carried opaquely.
-///
-/// HOOKS for the coordinator: membership (`cluster/membership.rs`) fills
-/// `members` with its encoded member list when a snapshot is taken and
-/// restores from it when one is installed; the auth store fills `auth`
-/// likewise. Both are carried and checksummed here, never interpreted.
+/// State of cluster mode kept outside the MVCC store, carried opaquely:
+/// cluster mode fills them when it captures a snapshot and installs them
+/// with it (`cluster/catchup.rs`); here they are only framed and
+/// checksummed, never interpreted.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Sections {
-    /// The encoded member list (hook: membership).
+    /// The encoded member list (`Membership::encode`).
     pub members: Option<Vec<u8>>,
-    /// The encoded auth state: users, roles, enabled flag, auth revision
-    /// (hook: auth).
+    /// The encoded auth state (`AuthImage::encode`): users, roles, the
+    /// enabled flag, the auth revision and live tokens; absent while auth
+    /// was never used.
     pub auth: Option<Vec<u8>>,
 }
 

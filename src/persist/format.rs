@@ -2,6 +2,7 @@
 //! reader (see the `persist` module docs for the layout and the rules).
 
 use super::{ReadError, Restored};
+use crate::auth::AuthImage;
 use crate::lease::{LeaseInfo, RestoredLease};
 use crate::mvcc::{KeyValue, Kv};
 use crate::proto::mvccpb;
@@ -27,6 +28,11 @@ pub(super) const KIND_END: u8 = 0xff;
 /// (whole 512-byte multiples) followed by a 32-byte SHA-256. Only streamed
 /// snapshots carry it.
 pub(super) const KIND_PAD: u8 = 4;
+/// The auth state (users, roles, enabled flag, auth revision; never
+/// tokens), at most once, after the leases. Written only when auth was
+/// ever used, so snapshots of servers that never used it read in earlier
+/// releases too.
+pub(super) const KIND_AUTH: u8 = 5;
 /// The length etcdctl accepts: `len % ALIGN_BLOCK == ALIGN_REST`.
 pub(super) const ALIGN_BLOCK: u64 = 512;
 /// See [`ALIGN_BLOCK`].
@@ -108,6 +114,7 @@ pub(super) fn encode(
     written_unix_ms: i64,
     kvs: &[Kv],
     leases: &[LeaseInfo],
+    auth: Option<&AuthImage>,
     align: bool,
 ) -> io::Result<u64> {
     let mut d = Digesting {
@@ -133,6 +140,15 @@ pub(super) fn encode(
             remaining_ms: l.remaining_ms,
         };
         d.record(KIND_LEASE, &rec.encode_to_vec())?;
+        records += 1;
+    }
+    if let Some(auth) = auth.filter(|a| !a.is_pristine()) {
+        // Tokens are live credentials: never written to a file.
+        let without_tokens = AuthImage {
+            tokens: Vec::new(),
+            ..auth.clone()
+        };
+        d.record(KIND_AUTH, &without_tokens.encode())?;
         records += 1;
     }
     if align {
@@ -311,6 +327,7 @@ pub(super) fn decode(r: impl Read, now_unix_ms: i64) -> Result<Restored, ReadErr
         written_unix_ms: meta.written_unix_ms,
         kvs: Vec::new(),
         leases: Vec::new(),
+        auth: None,
     };
     // Saturating: both times come from the file or the clock, and a record
     // can pass its checksum and still hold any i64 (a hand-made or
@@ -365,6 +382,14 @@ pub(super) fn decode(r: impl Read, now_unix_ms: i64) -> Result<Restored, ReadErr
                     ttl: l.ttl,
                     remaining: Duration::from_millis(remaining),
                 });
+            }
+            KIND_AUTH => {
+                if out.auth.is_some() {
+                    return Err(r.damaged(format!("record {n} is a second auth record")));
+                }
+                let auth = AuthImage::decode(&payload)
+                    .map_err(|e| r.damaged(format!("record {n} ({e})")))?;
+                out.auth = Some(auth);
             }
             KIND_END => {
                 let end = End::decode(payload.as_slice())

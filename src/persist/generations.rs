@@ -65,18 +65,20 @@ pub struct Written {
 
 /// Writes the generation for `revision` atomically (temporary file, fsync,
 /// rename, fsync of the directory), then removes all but the newest
-/// [`KEEP_GENERATIONS`] (best effort). Only files named exactly like a generation are
+/// [`KEEP_GENERATIONS`] (best effort). `auth` is written unless it is a
+/// fresh server's (see `format::KIND_AUTH`). Only files named exactly like a generation are
 /// ever removed: moved-aside files stay until an operator deletes them.
 pub fn write(
     dir: &Path,
     revision: i64,
     kvs: &[Kv],
     leases: &[LeaseInfo],
+    auth: Option<&crate::auth::AuthImage>,
     now_unix_ms: i64,
 ) -> io::Result<Written> {
     let name = generation_name(revision);
     let bytes = write_atomically(dir, &name, TMP_FILE, |w| {
-        format::encode(w, revision, now_unix_ms, kvs, leases, false)
+        format::encode(w, revision, now_unix_ms, kvs, leases, auth, false)
     })?;
     // Pruning is best effort: the new generation is safely in place, and a
     // generation left behind is removed by a later write.

@@ -10,7 +10,9 @@
 //! `EPHDSNAP2\n`, then records `[len: u32 LE][crc32 of body: u32 LE][body]`
 //! with `body = [kind: u8][protobuf payload]`: one meta record (revision,
 //! wall-clock time written) first, the key-values in strictly ascending key
-//! order, the leases, and an end record carrying the number of records
+//! order, the leases, the auth state when auth was ever used (users with
+//! their bcrypt hashes, roles, the enabled flag and auth revision; never
+//! tokens), and an end record carrying the number of records
 //! before it, the CRC-32 of every byte before it and that byte count.
 //! Nothing may follow the end record. A snapshot streamed to a client
 //! (Maintenance.Snapshot) has one more record right before the end record:
@@ -86,6 +88,8 @@ pub struct Restored {
     pub kvs: Vec<KeyValue>,
     /// Every lease, its remaining time reduced by the downtime.
     pub leases: Vec<RestoredLease>,
+    /// Users, roles and the enabled flag, when the server ever used auth.
+    pub auth: Option<crate::auth::AuthImage>,
 }
 
 /// Why a snapshot or state file could not be read.
@@ -121,10 +125,19 @@ pub fn encode_in_memory(
     written_unix_ms: i64,
     kvs: &[crate::mvcc::Kv],
     leases: &[crate::lease::LeaseInfo],
+    auth: Option<&crate::auth::AuthImage>,
 ) -> Vec<u8> {
     let mut out = Vec::new();
-    format::encode(&mut out, revision, written_unix_ms, kvs, leases, false)
-        .expect("writing to memory cannot fail");
+    format::encode(
+        &mut out,
+        revision,
+        written_unix_ms,
+        kvs,
+        leases,
+        auth,
+        false,
+    )
+    .expect("writing to memory cannot fail");
     out
 }
 
@@ -139,8 +152,9 @@ pub fn encode_to(
     written_unix_ms: i64,
     kvs: &[crate::mvcc::Kv],
     leases: &[crate::lease::LeaseInfo],
+    auth: Option<&crate::auth::AuthImage>,
 ) -> io::Result<u64> {
-    format::encode(w, revision, written_unix_ms, kvs, leases, true)
+    format::encode(w, revision, written_unix_ms, kvs, leases, auth, true)
 }
 
 /// The size [`encode_to`] will write for the same arguments, found by
@@ -151,6 +165,7 @@ pub fn encoded_len(
     written_unix_ms: i64,
     kvs: &[crate::mvcc::Kv],
     leases: &[crate::lease::LeaseInfo],
+    auth: Option<&crate::auth::AuthImage>,
 ) -> u64 {
     format::encode(
         &mut io::sink(),
@@ -158,6 +173,7 @@ pub fn encoded_len(
         written_unix_ms,
         kvs,
         leases,
+        auth,
         true,
     )
     .expect("writing to a sink cannot fail")

@@ -47,7 +47,7 @@ pub(super) fn sample() -> (Vec<Kv>, Vec<LeaseInfo>) {
 fn encoded(revision: i64) -> Vec<u8> {
     let (kvs, leases) = sample();
     let mut out = Vec::new();
-    let n = format::encode(&mut out, revision, NOW, &kvs, &leases, false).unwrap();
+    let n = format::encode(&mut out, revision, NOW, &kvs, &leases, None, false).unwrap();
     assert_eq!(n as usize, out.len());
     out
 }
@@ -291,7 +291,7 @@ fn a_streamed_snapshot_is_padded_to_the_length_etcdctl_accepts() {
             .collect();
         let leases = vec![lease(7, 59_000)];
         let mut out = Vec::new();
-        let n = format::encode(&mut out, 100, NOW, &kvs, &leases, true).unwrap();
+        let n = format::encode(&mut out, 100, NOW, &kvs, &leases, None, true).unwrap();
         assert_eq!(n as usize, out.len());
         assert_eq!(out.len() as u64 % ALIGN_BLOCK, ALIGN_REST, "{keys} keys");
         let r = decode(&out).unwrap();
@@ -316,4 +316,95 @@ fn padding_must_be_zeros_and_come_last() {
         true,
     );
     assert_eq!(decode(&fine).unwrap().kvs.len(), 1);
+}
+
+/// An auth image with a user, a role, auth enabled and a token.
+fn auth_image() -> crate::auth::AuthImage {
+    let mut image = crate::auth::AuthImage::pristine();
+    let root = crate::auth::User {
+        password_hash: Some("$2b$04$hash".into()),
+        roles: vec!["root".into()],
+    };
+    image.state.users.insert("root".into(), root);
+    image.state.enabled = true;
+    image.revision = 4;
+    image.tokens = vec![("tok.1".into(), "root".into())];
+    image
+}
+
+#[test]
+fn the_auth_state_is_kept_without_its_tokens() {
+    let (kvs, leases) = sample();
+    let image = auth_image();
+    let mut out = Vec::new();
+    format::encode(&mut out, 9, NOW, &kvs, &leases, Some(&image), false).unwrap();
+    let restored = decode(&out).unwrap();
+    let auth = restored.auth.expect("auth restored");
+    assert_eq!(auth.state, image.state);
+    assert_eq!(auth.revision, 4);
+    assert!(auth.tokens.is_empty(), "tokens are never written");
+    assert_eq!(restored.kvs.len(), kvs.len());
+    // Streamed (padded) snapshots carry it too.
+    let mut padded = Vec::new();
+    format::encode(&mut padded, 9, NOW, &kvs, &leases, Some(&image), true).unwrap();
+    assert_eq!(decode(&padded).unwrap().auth.unwrap().state, image.state);
+}
+
+#[test]
+fn an_unused_auth_state_writes_nothing() {
+    let (kvs, leases) = sample();
+    let pristine = crate::auth::AuthImage::pristine();
+    let mut out = Vec::new();
+    format::encode(&mut out, 9, NOW, &kvs, &leases, Some(&pristine), false).unwrap();
+    assert_eq!(out, encoded(9), "the same bytes as without auth");
+    assert!(decode(&out).unwrap().auth.is_none());
+}
+
+/// A format-2 file of `records` (kind, payload) after the magic, with a
+/// correct end record.
+fn file_of(records: &[(u8, Vec<u8>)]) -> Vec<u8> {
+    let mut bytes = MAGIC_V2.to_vec();
+    for (kind, payload) in records {
+        let (head, body) = frame(*kind, payload);
+        bytes.extend_from_slice(&head);
+        bytes.extend_from_slice(&body);
+    }
+    let end = End {
+        records: records.len() as u64,
+        digest: crc32fast::hash(&bytes),
+        bytes: bytes.len() as u64,
+    };
+    let (head, body) = frame(KIND_END, &end.encode_to_vec());
+    bytes.extend_from_slice(&head);
+    bytes.extend_from_slice(&body);
+    bytes
+}
+
+#[test]
+fn a_second_or_damaged_auth_record_makes_the_file_damaged() {
+    let meta = Meta {
+        revision: 9,
+        written_unix_ms: NOW,
+    }
+    .encode_to_vec();
+    let auth = auth_image().encode();
+    let well_formed = file_of(&[(KIND_META, meta.clone()), (format::KIND_AUTH, auth.clone())]);
+    assert!(decode(&well_formed).unwrap().auth.is_some());
+    let twice = file_of(&[
+        (KIND_META, meta.clone()),
+        (format::KIND_AUTH, auth.clone()),
+        (format::KIND_AUTH, auth),
+    ]);
+    let bad = file_of(&[
+        (KIND_META, meta),
+        (format::KIND_AUTH, vec![0xff, 0xff, 0xff]),
+    ]);
+    for bytes in [twice, bad] {
+        match decode(&bytes) {
+            Err(ReadError::Damaged { reason, .. }) => {
+                assert!(reason.contains("auth"), "{reason}")
+            }
+            other => panic!("not damaged: {other:?}"),
+        }
+    }
 }

@@ -229,9 +229,15 @@ pub(super) fn build_store(
             keys = r.kvs.len(),
             leases = r.leases.len(),
             revision = r.revision,
+            auth_enabled = r.auth.as_ref().is_some_and(|a| a.state.enabled),
             "restored snapshot"
         );
         store.load(r.kvs, r.leases);
+        if let Some(auth) = r.auth {
+            // Users and roles come back; tokens never do (clients
+            // authenticate again, as after an etcd restart).
+            store.auth().install(auth);
+        }
     }
     if continuity {
         let key = Bytes::from_static(COMPACT_REV_KEY.as_bytes());
@@ -276,7 +282,9 @@ pub(super) fn build_store(
         // The restored state becomes the directory's first generation, so
         // a restart continues from it and not from the file again.
         let (rev, kvs) = store.live_kvs();
-        persist::write(dir, rev, &kvs, &store.leases_for_snapshot(), wall_ms).map_err(|e| {
+        let auth = store.auth().image(false);
+        let leases = store.leases_for_snapshot();
+        persist::write(dir, rev, &kvs, &leases, Some(&auth), wall_ms).map_err(|e| {
             format!(
                 "cannot write the restored snapshot to {}: {e}",
                 dir.display()

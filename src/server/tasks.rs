@@ -31,8 +31,16 @@ pub(super) async fn write_snapshot(
         let started = Instant::now();
         let (rev, kvs) = store.live_kvs();
         let leases = store.leases_for_snapshot();
-        let written = persist::write(&dir, rev, &kvs, &leases, persist::wall_clock_ms())
-            .map_err(|e| format!("cannot write snapshot to {}: {e}", dir.display()))?;
+        let auth = store.auth().image(false);
+        let written = persist::write(
+            &dir,
+            rev,
+            &kvs,
+            &leases,
+            Some(&auth),
+            persist::wall_clock_ms(),
+        )
+        .map_err(|e| format!("cannot write snapshot to {}: {e}", dir.display()))?;
         tracing::info!(
             revision = rev,
             keys = kvs.len(),

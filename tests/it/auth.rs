@@ -13,7 +13,7 @@ use tonic::Request;
 /// Faster hashing: tests add users and authenticate often.
 const FAST: &[&str] = &["--bcrypt-cost", "4"];
 
-async fn client_as(
+pub(crate) async fn client_as(
     endpoint: &str,
     user: &str,
     password: &str,
@@ -26,7 +26,7 @@ async fn client_as(
     Client::connect([endpoint], Some(opts)).await
 }
 
-fn status_of(e: etcd_client::Error) -> (tonic::Code, String) {
+pub(crate) fn status_of(e: etcd_client::Error) -> (tonic::Code, String) {
     match e {
         etcd_client::Error::GRpcStatus(s) => (s.code(), s.message().to_string()),
         other => panic!("not a gRPC status: {other:?}"),
@@ -35,7 +35,7 @@ fn status_of(e: etcd_client::Error) -> (tonic::Code, String) {
 
 /// root (password `pw`) with the root role, and u1 (password `p`) whose
 /// role may read and write `/app/`; auth enabled.
-async fn set_up(c: &mut Client) {
+pub(crate) async fn set_up(c: &mut Client) {
     c.user_add("root", "pw", None).await.unwrap();
     c.user_grant_role("root", "root").await.unwrap();
     c.user_add("u1", "p", None).await.unwrap();
@@ -47,13 +47,13 @@ async fn set_up(c: &mut Client) {
     c.auth_enable().await.unwrap();
 }
 
-fn with_token<T>(msg: T, token: &str) -> Request<T> {
+pub(crate) fn with_token<T>(msg: T, token: &str) -> Request<T> {
     let mut r = Request::new(msg);
     r.metadata_mut().insert("token", token.parse().unwrap());
     r
 }
 
-async fn raw_token(endpoint: &str, user: &str, password: &str) -> String {
+pub(crate) async fn raw_token(endpoint: &str, user: &str, password: &str) -> String {
     let mut auth = pb::auth_client::AuthClient::new(connect_channel(endpoint).await);
     auth.authenticate(pb::AuthenticateRequest {
         name: user.into(),
@@ -65,7 +65,7 @@ async fn raw_token(endpoint: &str, user: &str, password: &str) -> String {
     .token
 }
 
-async fn raw_get(
+pub(crate) async fn raw_get(
     endpoint: &str,
     token: &str,
     key: &str,
@@ -80,7 +80,7 @@ async fn raw_get(
         .map(|r| r.into_inner())
 }
 
-async fn auth_status(endpoint: &str) -> pb::AuthStatusResponse {
+pub(crate) async fn auth_status(endpoint: &str) -> pb::AuthStatusResponse {
     let mut auth = pb::auth_client::AuthClient::new(connect_channel(endpoint).await);
     auth.auth_status(pb::AuthStatusRequest {})
         .await
@@ -276,7 +276,7 @@ async fn a_token_from_one_member_works_on_the_others() {
 }
 
 /// A cluster member answers once it has a leader; retry the first call.
-async fn connect_with_retry(endpoint: &str) -> Client {
+pub(crate) async fn connect_with_retry(endpoint: &str) -> Client {
     for _ in 0..50 {
         let mut c = crate::harness::connect_client(endpoint).await;
         if c.put("probe", "", None).await.is_ok() {

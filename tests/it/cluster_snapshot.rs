@@ -24,16 +24,16 @@ use crate::support::within;
 
 const SNAPSHOT_COUNT: u64 = 100;
 const CATCHUP_ENTRIES: u64 = 20;
-const ARGS: &[&str] = &[
+pub(crate) const ARGS: &[&str] = &[
     "--heartbeat-interval=50",
     "--election-timeout=500",
     "--snapshot-count=100",
     "--experimental-snapshot-catchup-entries=20",
 ];
-const SETTLE: Duration = Duration::from_secs(20);
+pub(crate) const SETTLE: Duration = Duration::from_secs(20);
 
 /// A metric of a member's `/metrics`, as a number.
-fn metric(m: &ClusterMember, name: &str) -> u64 {
+pub(crate) fn metric(m: &ClusterMember, name: &str) -> u64 {
     let (_, body) = http_get(m.metrics_port(), "/metrics");
     body.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
@@ -52,7 +52,7 @@ async fn status(m: &ClusterMember) -> Option<(u64, u64, u64)> {
 }
 
 /// The index of the member every member names as leader.
-async fn leader(cluster: &EphdCluster) -> usize {
+pub(crate) async fn leader(cluster: &EphdCluster) -> usize {
     let deadline = Instant::now() + SETTLE;
     while Instant::now() < deadline {
         let mut seen = Vec::new();
@@ -72,7 +72,7 @@ async fn leader(cluster: &EphdCluster) -> usize {
 
 /// Waits until every member applied the initial revision (it holds
 /// `compact_rev_key`, whose value is that revision); returns it.
-async fn initialized(cluster: &EphdCluster) -> i64 {
+pub(crate) async fn initialized(cluster: &EphdCluster) -> i64 {
     let deadline = Instant::now() + SETTLE;
     let mut values = Vec::new();
     while Instant::now() < deadline {
@@ -103,14 +103,17 @@ async fn initialized(cluster: &EphdCluster) -> i64 {
     );
 }
 
-fn signal(m: &ClusterMember, sig: i32) {
+pub(crate) fn signal(m: &ClusterMember, sig: i32) {
     // SAFETY: kill(2) on a child process this test started.
     let rc = unsafe { libc::kill(m.pid() as i32, sig) };
     assert_eq!(rc, 0, "signal {sig} to member {}", m.pid());
 }
 
 /// Every key on `m` at `revision` (0: current), served locally.
-async fn all_at(m: &ClusterMember, revision: i64) -> Result<RangeResponse, tonic::Status> {
+pub(crate) async fn all_at(
+    m: &ClusterMember,
+    revision: i64,
+) -> Result<RangeResponse, tonic::Status> {
     let req = RangeRequest {
         key: vec![0].into(),
         range_end: vec![0].into(),

@@ -6,6 +6,7 @@
 
 mod auth;
 mod auth_diff;
+mod auth_persist;
 mod auth_tls;
 mod authority;
 mod cli;
@@ -13,6 +14,7 @@ mod cluster;
 mod cluster_compaction;
 mod cluster_leader;
 mod cluster_members;
+mod cluster_sections;
 mod cluster_snapshot;
 mod cluster_tls;
 mod concurrency;
