@@ -39,6 +39,7 @@ mod node;
 mod peers;
 mod reconfig;
 mod sections;
+mod timeouts;
 mod transport;
 mod waiters;
 

@@ -18,6 +18,7 @@ use super::logger;
 use super::members::{self, Boot, Members};
 use super::peers::Peers;
 use super::sections;
+use super::timeouts;
 use super::waiters::Waiters;
 use crate::config::ClusterConfig;
 use crate::error::{Error, Result};
@@ -54,6 +55,9 @@ pub struct RaftStatus {
     committed: AtomicU64,
     applied: AtomicU64,
     is_leader: AtomicBool,
+    /// When this member last became leader (etcd's `leadElectedTime`), for
+    /// telling why a proposal timed out.
+    leader_elected: parking_lot::Mutex<Option<std::time::Instant>>,
     log: Arc<LogCounters>,
 }
 
@@ -242,8 +246,10 @@ impl Node {
 
     /// Proposes `entry` and waits until this member has applied it; returns
     /// this member's result of applying it. A proposal not applied within
-    /// the request timeout fails with `etcdserver: request timed out` and is
-    /// never proposed again (it may still commit later).
+    /// the request timeout fails with `etcdserver: request timed out` (with
+    /// etcd's "possibly due to previous leader failure" or "connection
+    /// lost" when that is why, see `timeouts.rs`) and is never proposed
+    /// again (it may still commit later).
     pub async fn propose(&self, entry: Entry) -> Result<Applied> {
         self.propose_in_term(entry, 0).await
     }
@@ -259,12 +265,30 @@ impl Node {
         let proposal = self.next_number.fetch_add(1, Ordering::Relaxed);
         let data = entry::encode(self.id, proposal, term, entry);
         let (rx, _pending) = self.waiters.wait(proposal);
+        let proposed = std::time::Instant::now();
         self.send(Input::Propose { proposal, data })?;
         match tokio::time::timeout(self.timeout, rx).await {
             Ok(Ok(result)) => result,
             Ok(Err(_)) => Err(Error::Stopped),
-            Err(_) => Err(Error::Timeout),
+            Err(_) => Err(self.timeout_reason(proposed)),
         }
+    }
+
+    /// Why a proposal made at `proposed` timed out (`timeouts.rs`).
+    fn timeout_reason(&self, proposed: std::time::Instant) -> Error {
+        let voters: Vec<u64> = self.members.current.read().voters().map(|m| m.id).collect();
+        let health = &self.members.health;
+        timeouts::reason(
+            proposed,
+            timeouts::Now {
+                me: self.id,
+                election: self.election,
+                leader_elected: *self.status.leader_elected.lock(),
+                leader: self.status.leader(),
+                voters: &voters,
+                active_since: &|id| health.active_since(id),
+            },
+        )
     }
 
     /// Waits until a read served from this member's store after it returns
@@ -472,7 +496,10 @@ impl RaftLoop {
 
     fn publish(&self) {
         let raft = &self.raw.raft;
-        self.status.leader.store(raft.leader_id, Ordering::Relaxed);
+        let before = self.status.leader.swap(raft.leader_id, Ordering::Relaxed);
+        if raft.leader_id == raft.id && before != raft.id {
+            *self.status.leader_elected.lock() = Some(std::time::Instant::now());
+        }
         self.status.term.store(raft.term, Ordering::Relaxed);
         self.status
             .is_leader

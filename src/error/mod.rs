@@ -92,6 +92,14 @@ pub enum Error {
     /// timeout (a leader change may have lost it; it is never proposed
     /// again).
     Timeout,
+    /// Cluster mode: [`Error::Timeout`] while the leader changed after the
+    /// write was proposed (the old leader may have lost it, or committed
+    /// it before it failed: its fate is unknown).
+    TimeoutDueToLeaderFail,
+    /// Cluster mode: [`Error::Timeout`] while this member lost its
+    /// connection to the leader (or, as leader, to a quorum) after the
+    /// write was proposed.
+    TimeoutDueToConnectionLost,
     /// The server is shutting down and ends a long-lived stream (Watch,
     /// LeaseKeepAlive). Unavailable, so clients reconnect and resume instead
     /// of treating it as final.
@@ -158,7 +166,9 @@ impl Error {
             | Error::StreamShutdown
             | Error::NoLeader
             | Error::LeaderChanged
-            | Error::Timeout => Code::Unavailable,
+            | Error::Timeout
+            | Error::TimeoutDueToLeaderFail
+            | Error::TimeoutDueToConnectionLost => Code::Unavailable,
             Error::NoSpace | Error::TooManyRequests => Code::ResourceExhausted,
             Error::Corrupt => Code::DataLoss,
             Error::Auth(e) => e.code(),
@@ -187,6 +197,12 @@ impl Error {
             Error::NoLeader => "etcdserver: no leader",
             Error::LeaderChanged => "etcdserver: leader changed",
             Error::Timeout => "etcdserver: request timed out",
+            Error::TimeoutDueToLeaderFail => {
+                "etcdserver: request timed out, possibly due to previous leader failure"
+            }
+            Error::TimeoutDueToConnectionLost => {
+                "etcdserver: request timed out, possibly due to connection lost"
+            }
             Error::NoSpace => "etcdserver: mvcc: database space exceeded",
             Error::Corrupt => "etcdserver: corrupt cluster",
             Error::TooManyRequests => "etcdserver: too many requests",
@@ -342,6 +358,16 @@ mod tests {
                 Error::Timeout,
                 Code::Unavailable,
                 "etcdserver: request timed out",
+            ),
+            (
+                Error::TimeoutDueToLeaderFail,
+                Code::Unavailable,
+                "etcdserver: request timed out, possibly due to previous leader failure",
+            ),
+            (
+                Error::TimeoutDueToConnectionLost,
+                Code::Unavailable,
+                "etcdserver: request timed out, possibly due to connection lost",
             ),
             (
                 Error::StreamShutdown,

@@ -19,6 +19,11 @@ impl EtcdMember {
     pub fn client_port(&self) -> u16 {
         self.client_port
     }
+
+    /// The OS process id, for tests that signal a member.
+    pub fn pid(&self) -> u32 {
+        self.process.pid()
+    }
 }
 
 impl Server for EtcdMember {

@@ -16,6 +16,7 @@ mod cluster_leader;
 mod cluster_members;
 mod cluster_sections;
 mod cluster_snapshot;
+mod cluster_timeouts;
 mod cluster_tls;
 mod concurrency;
 mod config;
