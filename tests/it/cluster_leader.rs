@@ -2,8 +2,9 @@
 //! leader (through a follower too, across a leader kill), lease expiry
 //! exactly once and never early, the remaining TTL after a leader change
 //! (resumed from the leader's checkpoint, not reset), `hasleader` requests
-//! and streams on a member without a leader, MoveLeader (compared with a
-//! three-member stock etcd), and the hand-over of leadership on SIGTERM.
+//! and streams on a member without a leader, and a deposed leader's lease
+//! decisions. MoveLeader and the hand-over on SIGTERM are in
+//! `cluster_move_leader.rs`.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -13,34 +14,32 @@ use ephd::proto::etcdserverpb::{
 };
 use ephd::proto::etcdserverpb::{
     watch_request::RequestUnion, LeaseGrantRequest, LeaseKeepAliveRequest, LeaseTimeToLiveRequest,
-    MemberListRequest, MoveLeaderRequest, PutRequest, RangeRequest, StatusRequest, StatusResponse,
-    WatchRequest, WatchResponse,
+    PutRequest, RangeRequest, StatusRequest, StatusResponse, WatchRequest, WatchResponse,
 };
 use ephd::proto::mvccpb::event::EventType;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 
-use crate::etcd_cluster::StockEtcdCluster;
 use crate::harness::{connect_channel, ClusterMember, EphdCluster, Server};
 use crate::support::{watch_req, within};
 
 /// Election timeout of these clusters (heartbeat a tenth of it).
-const ELECTION: Duration = Duration::from_millis(500);
+pub(crate) const ELECTION: Duration = Duration::from_millis(500);
 /// Revisions start at 1 (no initial-revision entry landing mid-test; it
 /// has its own test in `cluster_snapshot.rs`).
-const TIMING: &[&str] = &[
+pub(crate) const TIMING: &[&str] = &[
     "--heartbeat-interval=50",
     "--election-timeout=500",
     "--revision-continuity=false",
 ];
 /// ephd's checkpoint interval: five election timeouts.
-const CHECKPOINT: Duration = Duration::from_millis(2500);
+pub(crate) const CHECKPOINT: Duration = Duration::from_millis(2500);
 /// How long an election or the spread of a write may take at most.
-const SETTLE: Duration = Duration::from_secs(15);
+pub(crate) const SETTLE: Duration = Duration::from_secs(15);
 
 /// Status of the member at `endpoint`, if it answers within 2 s.
-async fn status_at(endpoint: &str) -> Option<StatusResponse> {
+pub(crate) async fn status_at(endpoint: &str) -> Option<StatusResponse> {
     let mut c = MaintenanceClient::new(connect_channel(endpoint).await);
     tokio::time::timeout(Duration::from_secs(2), c.status(StatusRequest {}))
         .await
@@ -51,7 +50,7 @@ async fn status_at(endpoint: &str) -> Option<StatusResponse> {
 
 /// Waits until every endpoint reports the same leader, other than `not`;
 /// returns it and the index of its endpoint.
-async fn leader_of(endpoints: &[String], not: Option<u64>) -> (usize, u64) {
+pub(crate) async fn leader_of(endpoints: &[String], not: Option<u64>) -> (usize, u64) {
     let deadline = Instant::now() + SETTLE;
     let mut seen = Vec::new();
     while Instant::now() < deadline {
@@ -78,7 +77,7 @@ async fn leader_of(endpoints: &[String], not: Option<u64>) -> (usize, u64) {
     panic!("no agreed leader within {SETTLE:?}: {seen:?}");
 }
 
-fn endpoints(cluster: &EphdCluster) -> Vec<String> {
+pub(crate) fn endpoints(cluster: &EphdCluster) -> Vec<String> {
     cluster
         .running()
         .iter()
@@ -88,7 +87,7 @@ fn endpoints(cluster: &EphdCluster) -> Vec<String> {
 
 /// Grants a lease of `ttl` seconds through `m` (retrying while an election
 /// runs) and attaches `key` to it; returns the lease ID.
-async fn leased_key(m: &ClusterMember, ttl: i64, key: &str) -> i64 {
+pub(crate) async fn leased_key(m: &ClusterMember, ttl: i64, key: &str) -> i64 {
     let mut lease = m.lease().await;
     let deadline = Instant::now() + SETTLE;
     let id = loop {
@@ -185,7 +184,7 @@ async fn watch_key(
 }
 
 /// TimeToLive of `id` through `m`: (remaining, granted).
-async fn ttl_of(m: &ClusterMember, id: i64) -> (i64, i64) {
+pub(crate) async fn ttl_of(m: &ClusterMember, id: i64) -> (i64, i64) {
     let mut c = m.lease().await;
     let r = within(
         "ttl",
@@ -422,178 +421,6 @@ async fn hasleader_without_a_leader_fails_requests_and_cancels_streams() {
     assert!(
         still.is_err(),
         "the watch without hasleader stays open: {still:?}"
-    );
-}
-
-/// MoveLeader's answer through `endpoint`: Ok(()) or (code, message).
-async fn move_leader(endpoint: &str, target: u64) -> Result<(), (tonic::Code, String)> {
-    let mut c = MaintenanceClient::new(connect_channel(endpoint).await);
-    match within(
-        "move leader",
-        c.move_leader(MoveLeaderRequest { target_id: target }),
-    )
-    .await
-    {
-        Ok(_) => Ok(()),
-        Err(s) => Err((s.code(), s.message().to_string())),
-    }
-}
-
-async fn member_ids(endpoint: &str) -> Vec<u64> {
-    let mut c = ephd::proto::etcdserverpb::cluster_client::ClusterClient::new(
-        connect_channel(endpoint).await,
-    );
-    within("member list", c.member_list(MemberListRequest::default()))
-        .await
-        .expect("member list")
-        .into_inner()
-        .members
-        .into_iter()
-        .map(|m| m.id)
-        .collect()
-}
-
-/// The answers MoveLeader gives on a three-member cluster at `endpoints`,
-/// moving leadership to every member in turn; checks that each move
-/// happened and that every member then reports the target as leader.
-async fn move_leader_answers(endpoints: &[String]) -> Vec<Result<(), (tonic::Code, String)>> {
-    let ids = member_ids(&endpoints[0]).await;
-    let mut answers = Vec::new();
-    let (at, leader) = leader_of(endpoints, None).await;
-    let follower = &endpoints[(at + 1) % endpoints.len()];
-    answers.push(
-        move_leader(
-            follower,
-            ids.iter().copied().find(|i| *i != leader).unwrap(),
-        )
-        .await,
-    );
-    answers.push(move_leader(&endpoints[at], 0x1234_5678).await);
-    answers.push(move_leader(&endpoints[at], leader).await);
-    for target in ids {
-        let (at, _) = leader_of(endpoints, None).await;
-        let moved = Instant::now();
-        answers.push(move_leader(&endpoints[at], target).await);
-        let (_, now) = leader_of(endpoints, None).await;
-        assert_eq!(now, target, "leader after MoveLeader");
-        assert!(moved.elapsed() < SETTLE);
-        for e in endpoints {
-            let s = status_at(e).await.expect("status");
-            assert_eq!(s.leader, target, "{e}");
-            assert!(s.raft_term > 0 && s.raft_index > 0, "{e}: {s:?}");
-        }
-    }
-    answers
-}
-
-/// MoveLeader to each member and to the current leader, and its refusals
-/// (through a follower; to an ID that is no member), answer exactly as a
-/// three-member stock etcd answers them.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn move_leader_answers_as_a_stock_etcd_cluster_does() {
-    let etcd = StockEtcdCluster::start(3, &[]);
-    let etcd_endpoints: Vec<String> = etcd.running().iter().map(|(_, m)| m.endpoint()).collect();
-    let expected = move_leader_answers(&etcd_endpoints).await;
-    drop(etcd);
-    let cluster = EphdCluster::start(3, TIMING);
-    let got = move_leader_answers(&endpoints(&cluster)).await;
-    assert_eq!(got, expected, "ephd's answers against stock etcd's");
-    assert_eq!(
-        expected[..3],
-        [
-            Err((
-                tonic::Code::FailedPrecondition,
-                "etcdserver: not leader".to_string()
-            )),
-            Err((
-                tonic::Code::FailedPrecondition,
-                "etcdserver: bad leader transferee".to_string()
-            )),
-            Ok(()),
-        ]
-    );
-    // Status reports the raft applied index on every member.
-    for (i, m) in cluster.running() {
-        let s = status_at(&m.endpoint()).await.unwrap();
-        assert!(
-            s.raft_applied_index > 0 && s.raft_applied_index <= s.raft_index,
-            "m{i}: {s:?}"
-        );
-    }
-}
-
-/// SIGTERM of the leader hands leadership to another member before it
-/// exits: the others agree on a new leader well within one election
-/// timeout (2 s here), where a killed leader costs at least one.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigterm_of_the_leader_hands_leadership_over_without_an_election_gap() {
-    let mut cluster =
-        EphdCluster::start(3, &["--heartbeat-interval=100", "--election-timeout=2000"]);
-    let (leader, leader_id) = leader_of(&endpoints(&cluster), None).await;
-    let others: Vec<String> = (0..3)
-        .filter(|i| *i != leader)
-        .map(|i| cluster.member(i).unwrap().endpoint())
-        .collect();
-    cluster.terminate(leader);
-    let sent = Instant::now();
-    let mut handed = None;
-    while sent.elapsed() < SETTLE {
-        let mut seen = BTreeSet::new();
-        for e in &others {
-            seen.insert(status_at(e).await.map_or(0, |s| s.leader));
-        }
-        if seen.len() == 1 && !seen.contains(&0) && !seen.contains(&leader_id) {
-            handed = Some(sent.elapsed());
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    let handed = handed.unwrap_or_else(|| panic!("no new leader\n{}", cluster.logs()));
-    assert!(
-        handed < Duration::from_millis(1000),
-        "new leader {handed:?} after SIGTERM: an election gap (election timeout 2 s)"
-    );
-    assert!(
-        cluster.reap(leader, Duration::from_secs(10)),
-        "clean exit after SIGTERM"
-    );
-    let (at, _) = leader_of(&others, Some(leader_id)).await;
-    let mut kv =
-        ephd::proto::etcdserverpb::kv_client::KvClient::new(connect_channel(&others[at]).await);
-    within(
-        "put",
-        kv.put(PutRequest {
-            key: b"after".to_vec().into(),
-            value: b"v".to_vec().into(),
-            ..Default::default()
-        }),
-    )
-    .await
-    .expect("writes after the hand-over");
-    eprintln!("leadership handed over {handed:?} after SIGTERM");
-}
-
-/// A single member answers MoveLeader as a single-member stock etcd:
-/// success for itself, `bad leader transferee` for any other ID.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn move_leader_on_a_single_member_answers_as_stock_etcd() {
-    let etcd = crate::harness::StockEtcd::start();
-    let ephd = crate::support::ephd(&[]);
-    let mut answers = Vec::new();
-    for endpoint in [etcd.endpoint(), ephd.endpoint()] {
-        let me = member_ids(&endpoint).await[0];
-        answers.push((
-            move_leader(&endpoint, me).await,
-            move_leader(&endpoint, me ^ 1).await,
-        ));
-    }
-    assert_eq!(answers[1], answers[0], "ephd against stock etcd");
-    assert_eq!(
-        answers[0].1,
-        Err((
-            tonic::Code::FailedPrecondition,
-            "etcdserver: bad leader transferee".to_string()
-        ))
     );
 }
 

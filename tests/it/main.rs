@@ -14,6 +14,7 @@ mod cluster;
 mod cluster_compaction;
 mod cluster_leader;
 mod cluster_members;
+mod cluster_move_leader;
 mod cluster_sections;
 mod cluster_snapshot;
 mod cluster_timeouts;
