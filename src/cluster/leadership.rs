@@ -16,6 +16,8 @@
 //!   Watch or LeaseKeepAlive stream with it ends with that error once the
 //!   member has been without a leader for three election timeouts
 //!   ([`leader_lost`]), so the client moves to another member.
+//! * The same layer refuses what a learner does not serve (`learner.rs`),
+//!   as etcd's interceptors do, before the `hasleader` check.
 
 use super::input::Input;
 use super::node::Node;
@@ -203,9 +205,12 @@ impl Lost {
     }
 }
 
-/// Refuses, at once, every call with `hasleader: true` on a cluster member
-/// that knows no leader (etcd's unary and stream interceptors). Outside
-/// cluster mode (no node) it passes everything through.
+/// etcd's unary and stream interceptors on a cluster member: refuses, at
+/// once, every client call a learner does not serve while this member is a
+/// learner (`learner.rs`; a Range is let through, the KV service refuses
+/// it unless serializable), and every call with `hasleader: true` while
+/// the member knows no leader. Outside cluster mode (no node) it passes
+/// everything through.
 #[derive(Clone)]
 pub struct RequireLeaderLayer(pub Option<Arc<Node>>);
 
@@ -240,15 +245,23 @@ where
     }
 
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
-        let leaderless = self
-            .node
-            .as_ref()
-            .is_some_and(|n| n.status().leader().is_none());
-        if leaderless && requires_leader(req.headers()) {
-            let resp = Lost::status().into_http::<tonic::body::Body>();
-            return Either::Right(futures::future::ready(Ok(resp)));
+        let Some(node) = &self.node else {
+            return Either::Left(self.inner.call(req));
+        };
+        // etcd's order: a learner's refusal first, then `hasleader`.
+        let refusal = if super::learner::refuses(req.uri().path()) && node.is_learner() {
+            Some(super::learner::refusal())
+        } else if node.status().leader().is_none() && requires_leader(req.headers()) {
+            Some(Lost::status())
+        } else {
+            None
+        };
+        match refusal {
+            Some(s) => Either::Right(futures::future::ready(Ok(
+                s.into_http::<tonic::body::Body>()
+            ))),
+            None => Either::Left(self.inner.call(req)),
         }
-        Either::Left(self.inner.call(req))
     }
 }
 

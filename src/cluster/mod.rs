@@ -19,7 +19,8 @@
 //!   checks; `join.rs`: how a member starts (new or joining) and the peer
 //!   service that answers starting members.
 //! * `logger.rs`: raft's log lines into `tracing`.
-//! * `leadership.rs`: MoveLeader, the hand-over on SIGTERM, `hasleader`.
+//! * `leadership.rs`: MoveLeader, the hand-over on SIGTERM, `hasleader`;
+//!   `learner.rs`: what a learner refuses to serve.
 //! * `lease_forward.rs`: keep-alives answered by the leader, term-checked
 //!   revokes, lease checkpoints.
 
@@ -30,6 +31,7 @@ pub mod entry;
 mod input;
 mod join;
 pub mod leadership;
+pub mod learner;
 pub mod lease_forward;
 mod lease_state;
 mod logger;

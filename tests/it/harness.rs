@@ -82,6 +82,21 @@ impl ServerProcess {
         ServerProcess { what, child, log }
     }
 
+    /// Waits up to `limit` for the process to exit by itself; its exit
+    /// status, or `None` if it still runs.
+    pub(crate) fn wait_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     pub(crate) fn logs(&self) -> String {
         let log = self.log.lock().unwrap();
         let (a, b) = log.as_slices();
@@ -144,6 +159,9 @@ fn spawn_log_reader(mut src: impl Read + Send + 'static, log: Arc<Mutex<VecDeque
     });
 }
 
+/// What etcd (and ephd) answer on a learner to the calls it does not serve.
+pub const LEARNER_REFUSAL: &str = "etcdserver: rpc not supported for learner";
+
 /// One readiness probe, run on a private thread with its own runtime so the
 /// (synchronous) start functions also work from inside `#[tokio::test]`.
 fn probe_ready(endpoint: &str) -> Result<(), String> {
@@ -162,11 +180,13 @@ fn probe_ready(endpoint: &str) -> Result<(), String> {
                     .await
                     .map_err(|e| format!("connect: {e}"))?;
                 client.status().await.map_err(|e| format!("status: {e}"))?;
-                client
-                    .get("harness-readiness-probe", None)
-                    .await
-                    .map_err(|e| format!("range: {e}"))?;
-                Ok(())
+                match client.get("harness-readiness-probe", None).await {
+                    // A learner refuses linearizable reads: it serves, and
+                    // knows it is a learner, so it has replayed its own add.
+                    Err(e) if e.to_string().contains(LEARNER_REFUSAL) => Ok(()),
+                    Err(e) => Err(format!("range: {e}")),
+                    Ok(_) => Ok(()),
+                }
             };
             tokio::time::timeout(Duration::from_secs(2), probe)
                 .await

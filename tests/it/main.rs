@@ -12,6 +12,7 @@ mod cli;
 mod cluster;
 mod cluster_compaction;
 mod cluster_leader;
+mod cluster_learner;
 mod cluster_members;
 mod cluster_snapshot;
 mod cluster_tls;
