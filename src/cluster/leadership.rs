@@ -20,7 +20,7 @@
 //!   as etcd's interceptors do, before the `hasleader` check.
 
 use super::input::Input;
-use super::node::Node;
+use super::node::{Node, RaftStatus};
 use crate::error::Error;
 use futures::future::{Either, Ready};
 use std::sync::Arc;
@@ -94,7 +94,9 @@ pub fn move_leader_single(me: u64, target: u64) -> Result<(), Status> {
 
 /// On SIGTERM, before the member stops serving: a leader hands leadership
 /// to its most caught-up peer and waits (at most two election timeouts:
-/// raft gives a transfer up after one) until another member leads.
+/// raft gives a transfer up after one) until another member leads. A
+/// leader stopping because it was removed from the cluster does the same,
+/// and waits only until it no longer leads (at most an election timeout).
 pub async fn hand_over(node: &Node) {
     if !node.status().is_leader() {
         return;
@@ -104,6 +106,17 @@ pub async fn hand_over(node: &Node) {
         return;
     }
     let bound = 2 * node.election_timeout();
+    if node.is_removed() {
+        // The others no longer answer it, nor send it their votes: it
+        // steps down at the latest when its quorum check fails, after an
+        // election timeout.
+        let stepped_down = wait_until(node, |s| !s.is_leader(), node.election_timeout()).await;
+        tracing::info!(
+            stepped_down,
+            "removed leader handed leadership over before stopping"
+        );
+        return;
+    }
     if wait_for_leader(node, |l| l != me, bound).await {
         tracing::info!(
             leader = %format_args!("{:x}", node.status().leader().unwrap_or(0)),
@@ -119,9 +132,14 @@ pub async fn hand_over(node: &Node) {
 
 /// Waits until the known leader satisfies `done`, at most `bound`.
 async fn wait_for_leader(node: &Node, done: impl Fn(u64) -> bool, bound: Duration) -> bool {
+    wait_until(node, |s| s.leader().is_some_and(&done), bound).await
+}
+
+/// Waits until Raft's state satisfies `done`, at most `bound`.
+async fn wait_until(node: &Node, done: impl Fn(&RaftStatus) -> bool, bound: Duration) -> bool {
     let deadline = tokio::time::Instant::now() + bound;
     loop {
-        if node.status().leader().is_some_and(&done) {
+        if done(node.status()) {
             return true;
         }
         if tokio::time::Instant::now() >= deadline {

@@ -50,6 +50,8 @@ pub(super) struct Members {
     pub(super) token: String,
     /// The cluster ID.
     pub(super) cluster_id: u64,
+    /// Raised once this member knows it was removed (`removal.rs`).
+    pub(super) removal: Arc<super::removal::Removal>,
 }
 
 impl Members {
@@ -64,6 +66,7 @@ impl Members {
             health: Arc::new(PeerHealth::default()),
             token: config.token.clone(),
             cluster_id: boot.cluster_id,
+            removal: Arc::default(),
         }
     }
 }
@@ -148,6 +151,9 @@ pub(super) fn apply_entry(members: &Members, me: u64, inbox: &Sender<Input>, dat
     if proposer == me {
         members.waiters.finish(proposal, result);
     }
+    if change == Change::Remove(me) && members.current.read().is_removed(me) {
+        members.removal.raise(me, "applied its removal");
+    }
 }
 
 fn peer_change(change: &Change, after: &Membership) -> PeerChange {
@@ -172,12 +178,8 @@ fn upsert(m: &MemberInfo) -> PeerChange {
 
 fn log_applied(change: &Change, me: u64) {
     match change {
-        Change::Remove(id) if *id == me => tracing::error!(
-            member_id = %format_args!("{me:x}"),
-            "this member was removed from the cluster: it no longer votes or counts for \
-             commits; stop it (a member that lost its state joins again under a new ID: \
-             MemberAdd, then start it with --initial-cluster-state existing)"
-        ),
+        // Logged when the removal is raised.
+        Change::Remove(id) if *id == me => {}
         Change::Publish { .. } => {}
         other => tracing::info!(change = ?other, "membership changed"),
     }

@@ -17,7 +17,8 @@
 //! * `membership.rs`: the members as replicated state, changed by conf
 //!   change entries; `reconfig.rs`: the Cluster API's changes and their
 //!   checks; `join.rs`: how a member starts (new or joining) and the peer
-//!   service that answers starting members.
+//!   service that answers starting members; `removal.rs`: a removed
+//!   member stops.
 //! * `logger.rs`: raft's log lines into `tracing`.
 //! * `leadership.rs`: MoveLeader, the hand-over on SIGTERM, `hasleader`;
 //!   `learner.rs`: what a learner refuses to serve.
@@ -40,6 +41,7 @@ pub mod membership;
 mod node;
 mod peers;
 mod reconfig;
+mod removal;
 mod transport;
 mod waiters;
 

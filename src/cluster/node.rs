@@ -145,6 +145,7 @@ impl Node {
             id,
             members.health.clone(),
             inbox.clone(),
+            members.removal.clone(),
         )?;
         let (to_apply, committed) = crossbeam_channel::unbounded();
         let waiters = Arc::new(Waiters::default());

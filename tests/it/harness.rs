@@ -59,6 +59,8 @@ pub(crate) struct ServerProcess {
     what: &'static str,
     child: Child,
     log: Arc<Mutex<VecDeque<u8>>>,
+    /// The threads copying stdout and stderr into `log` (done at EOF).
+    readers: Vec<std::thread::JoinHandle<()>>,
 }
 
 impl ServerProcess {
@@ -77,17 +79,28 @@ impl ServerProcess {
         let log = Arc::new(Mutex::new(VecDeque::new()));
         let stdout = child.stdout.take().expect("piped stdout");
         let stderr = child.stderr.take().expect("piped stderr");
-        spawn_log_reader(stdout, log.clone());
-        spawn_log_reader(stderr, log.clone());
-        ServerProcess { what, child, log }
+        let readers = vec![
+            spawn_log_reader(stdout, log.clone()),
+            spawn_log_reader(stderr, log.clone()),
+        ];
+        ServerProcess {
+            what,
+            child,
+            log,
+            readers,
+        }
     }
 
     /// Waits up to `limit` for the process to exit by itself; its exit
-    /// status, or `None` if it still runs.
+    /// status (once everything it wrote is in [`ServerProcess::logs`]), or
+    /// `None` if it still runs.
     pub(crate) fn wait_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
         let deadline = Instant::now() + limit;
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {
+                for reader in self.readers.drain(..) {
+                    let _ = reader.join();
+                }
                 return Some(status);
             }
             if Instant::now() >= deadline {
@@ -144,7 +157,10 @@ impl Drop for ServerProcess {
     }
 }
 
-fn spawn_log_reader(mut src: impl Read + Send + 'static, log: Arc<Mutex<VecDeque<u8>>>) {
+fn spawn_log_reader(
+    mut src: impl Read + Send + 'static,
+    log: Arc<Mutex<VecDeque<u8>>>,
+) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         let mut buf = [0u8; 8192];
         while let Ok(n) = src.read(&mut buf) {
@@ -156,7 +172,7 @@ fn spawn_log_reader(mut src: impl Read + Send + 'static, log: Arc<Mutex<VecDeque
             let excess = log.len().saturating_sub(LOG_TAIL_BYTES);
             log.drain(..excess);
         }
-    });
+    })
 }
 
 /// What etcd (and ephd) answer on a learner to the calls it does not serve.

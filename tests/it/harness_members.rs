@@ -3,7 +3,8 @@
 //! membership tests, `cluster_members.rs`).
 
 use super::{free_port, ClusterMember, EphdCluster, ServerProcess};
-use std::process::Command;
+use std::process::{Command, ExitStatus};
+use std::time::Duration;
 
 /// The command line of a cluster member.
 pub(super) fn member_command(
@@ -59,6 +60,18 @@ impl EphdCluster {
     /// (see [`EphdCluster::start_member`]).
     pub fn start_joining(&mut self, name: &str, peer: u16) -> Result<usize, String> {
         self.spawn_member(name, "existing", None, peer)
+    }
+
+    /// Waits up to `limit` for member `i` to exit by itself (a member
+    /// removed from the cluster stops); its exit status and log, taking it
+    /// out of the running members. `None` (and still running) if it did
+    /// not exit.
+    pub fn exited(&mut self, i: usize, limit: Duration) -> Option<(ExitStatus, String)> {
+        let m = self.members[i].as_mut().expect("member running");
+        let status = m.process.wait_exit(limit)?;
+        let logs = m.process.logs();
+        self.members[i] = None;
+        Some((status, logs))
     }
 
     /// The peer port of member `i` (running or not).

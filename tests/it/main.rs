@@ -14,6 +14,7 @@ mod cluster_compaction;
 mod cluster_leader;
 mod cluster_learner;
 mod cluster_members;
+mod cluster_removal;
 mod cluster_snapshot;
 mod cluster_tls;
 mod concurrency;
