@@ -172,7 +172,7 @@ impl Node {
             .name("ephd-raft".into())
             .spawn(move || raft_loop.run())
             .map_err(|e| format!("cannot start the raft thread: {e}"))?;
-        let leases = super::lease_state::LeaseForward::new(config, store.clone());
+        let leases = super::lease_state::LeaseForward::new(id, members.clone(), store.clone());
         let applier = Applier {
             id,
             store,

@@ -10,7 +10,7 @@ mod calls;
 
 use std::time::{Duration, Instant};
 
-use ephd::proto::etcdserverpb::StatusRequest;
+use ephd::proto::etcdserverpb::{MoveLeaderRequest, StatusRequest};
 
 use crate::cluster::{agreed_leader, SETTLE, TIMING};
 use crate::cluster_members::{add, members, promote};
@@ -94,6 +94,24 @@ async fn reported_as_learner(m: &impl Server, v: &impl Server, id: u64) -> (bool
     )
 }
 
+/// MoveLeader to `target` asked of each of `voters`: the answers, sorted.
+async fn move_to(voters: &[&impl Server], target: u64) -> Vec<String> {
+    let mut out = Vec::new();
+    for v in voters {
+        let r = v
+            .maintenance()
+            .await
+            .move_leader(MoveLeaderRequest { target_id: target })
+            .await;
+        out.push(match r {
+            Ok(_) => "ok".to_string(),
+            Err(s) => format!("{:?}: {}", s.code(), s.message()),
+        });
+    }
+    out.sort();
+    out
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_learner_answers_every_rpc_as_a_stock_etcd_learner_until_promoted() {
     let mut stock = StockEtcdCluster::start(3, ETCD_TIMING);
@@ -127,6 +145,20 @@ async fn a_learner_answers_every_rpc_as_a_stock_etcd_learner_until_promoted() {
         reported_as_learner(ephd_learner, ephd_voter, ol_id).await,
         want
     );
+    // A learner is no leader transferee: the leader says so, the others
+    // that they do not lead.
+    let stock_voters = [0, 1, 2].map(|i| stock.member(i).unwrap());
+    let ephd_voters = [0, 1, 2].map(|i| ours.member(i).unwrap());
+    let expected = move_to(&stock_voters, sl_id).await;
+    assert_eq!(
+        expected,
+        [
+            "FailedPrecondition: etcdserver: bad leader transferee",
+            "FailedPrecondition: etcdserver: not leader",
+            "FailedPrecondition: etcdserver: not leader",
+        ]
+    );
+    assert_eq!(move_to(&ephd_voters, ol_id).await, expected);
     // Promoted, it serves everything, on both.
     promote(&etcd_voter.cluster().await, sl_id).await;
     promote(&ephd_voter.cluster().await, ol_id).await;

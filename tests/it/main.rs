@@ -15,6 +15,7 @@ mod cluster_leader;
 mod cluster_learner;
 mod cluster_members;
 mod cluster_removal;
+mod cluster_replaced;
 mod cluster_snapshot;
 mod cluster_tls;
 mod concurrency;
