@@ -2,7 +2,8 @@
 //! answers every client RPC as a stock etcd learner does (serves Status and
 //! serializable Ranges, refuses the rest with `etcdserver: rpc not
 //! supported for learner`), reports itself as a learner in Status, in
-//! MemberList and in `etcd_server_is_learner`, and serves everything once
+//! MemberList and in `etcd_server_is_learner`, its JSON gateway refuses
+//! alike, it is no leader transferee, and it serves everything once
 //! promoted.
 
 #[path = "cluster_learner/calls.rs"]
@@ -94,6 +95,33 @@ async fn reported_as_learner(m: &impl Server, v: &impl Server, id: u64) -> (bool
     )
 }
 
+/// A put through `m`'s JSON gateway: status line and body (HTTP/1.0, so
+/// neither server answers chunked).
+fn gateway_put(m: &impl Server) -> (String, String) {
+    use std::io::{Read, Write};
+    let endpoint = m.endpoint();
+    let mut stream =
+        std::net::TcpStream::connect(endpoint.trim_start_matches("http://")).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let body = r#"{"key":"Zm9v","value":"YmFy"}"#;
+    write!(
+        stream,
+        "POST /v3/kv/put HTTP/1.0\r\nHost: localhost\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut text = String::new();
+    stream.read_to_string(&mut text).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").expect("an HTTP answer");
+    (
+        head.lines().next().unwrap_or_default().to_string(),
+        body.trim().to_string(),
+    )
+}
+
 /// MoveLeader to `target` asked of each of `voters`: the answers, sorted.
 async fn move_to(voters: &[&impl Server], target: u64) -> Vec<String> {
     let mut out = Vec::new();
@@ -145,6 +173,10 @@ async fn a_learner_answers_every_rpc_as_a_stock_etcd_learner_until_promoted() {
         reported_as_learner(ephd_learner, ephd_voter, ol_id).await,
         want
     );
+    // The JSON gateway's calls are refused alike.
+    let (line, body) = gateway_put(etcd_learner);
+    assert!(body.contains(LEARNER_REFUSAL), "{line} {body}");
+    assert_eq!(gateway_put(ephd_learner), (line, body));
     // A learner is no leader transferee: the leader says so, the others
     // that they do not lead.
     let stock_voters = [0, 1, 2].map(|i| stock.member(i).unwrap());
