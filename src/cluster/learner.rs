@@ -9,9 +9,11 @@
 //!
 //! Whether this member is a learner is read from the applied membership
 //! at each call, so a promoted learner serves everything from the moment
-//! it has applied its promotion. The peer listener is not affected: a
+//! it has applied its promotion. A member that joined as a learner is one
+//! from its start, while it replays the log up to its own addition. The peer listener is not affected: a
 //! learner replicates and answers its peers as any member.
 
+use super::membership::Membership;
 use super::node::Node;
 use crate::error::Error;
 use tonic::Status;
@@ -33,11 +35,23 @@ const SERVED: &[&str] = &["/etcdserverpb.Maintenance/Status", "/etcdserverpb.KV/
 impl Node {
     /// Whether this member is a learner in the applied membership.
     pub fn is_learner(&self) -> bool {
-        self.members()
-            .current
-            .read()
-            .get(self.id())
-            .is_some_and(|m| m.is_learner)
+        let members = self.members();
+        learner_in(
+            &members.current.read(),
+            self.id(),
+            members.joined_as_learner,
+        )
+    }
+}
+
+/// Whether member `me` is a learner by the applied membership `current`.
+/// A member that joined as a learner and has not yet applied its own
+/// addition (it replays the log from the initial cluster) is one already:
+/// it must not serve clients while it catches up.
+fn learner_in(current: &Membership, me: u64, joined_as_learner: bool) -> bool {
+    match current.get(me) {
+        Some(m) => m.is_learner,
+        None => joined_as_learner && !current.is_removed(me),
     }
 }
 
@@ -62,6 +76,32 @@ pub fn check_range(node: Option<&Node>, serializable: bool) -> Result<(), Status
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_joining_learner_is_one_before_it_applied_its_addition() {
+        use super::super::membership::{Change, MemberInfo};
+        let voter = |id| MemberInfo {
+            id,
+            name: format!("m{id}"),
+            peer_urls: vec![format!("http://127.0.0.1:{id}")],
+            ..Default::default()
+        };
+        let mut m = Membership::of([voter(1), voter(2), voter(3)]);
+        // Replaying the log: not in the membership yet.
+        assert!(learner_in(&m, 4, true));
+        assert!(!learner_in(&m, 4, false));
+        let learner = MemberInfo {
+            is_learner: true,
+            ..voter(4)
+        };
+        m.apply(&Change::Add(learner)).unwrap();
+        assert!(learner_in(&m, 4, true));
+        m.apply(&Change::Promote(4)).unwrap();
+        assert!(!learner_in(&m, 4, true), "promoted");
+        assert!(!learner_in(&m, 1, false));
+        m.apply(&Change::Remove(4)).unwrap();
+        assert!(!learner_in(&m, 4, true), "removed");
+    }
 
     #[test]
     fn a_learner_serves_status_and_range_only() {

@@ -52,6 +52,9 @@ pub(super) struct Members {
     pub(super) cluster_id: u64,
     /// Raised once this member knows it was removed (`removal.rs`).
     pub(super) removal: Arc<super::removal::Removal>,
+    /// This member joined as a learner (`boot.current` says so): what it
+    /// is until the applied membership knows it (`learner.rs`).
+    pub(super) joined_as_learner: bool,
 }
 
 impl Members {
@@ -67,6 +70,7 @@ impl Members {
             token: config.token.clone(),
             cluster_id: boot.cluster_id,
             removal: Arc::default(),
+            joined_as_learner: boot.current.get(boot.id).is_some_and(|m| m.is_learner),
         }
     }
 }
