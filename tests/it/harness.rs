@@ -91,25 +91,6 @@ impl ServerProcess {
         }
     }
 
-    /// Waits up to `limit` for the process to exit by itself; its exit
-    /// status (once everything it wrote is in [`ServerProcess::logs`]), or
-    /// `None` if it still runs.
-    pub(crate) fn wait_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
-        let deadline = Instant::now() + limit;
-        loop {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                for reader in self.readers.drain(..) {
-                    let _ = reader.join();
-                }
-                return Some(status);
-            }
-            if Instant::now() >= deadline {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
     pub(crate) fn logs(&self) -> String {
         let log = self.log.lock().unwrap();
         let (a, b) = log.as_slices();
@@ -174,9 +155,6 @@ fn spawn_log_reader(
         }
     })
 }
-
-/// What etcd (and ephd) answer on a learner to the calls it does not serve.
-pub const LEARNER_REFUSAL: &str = "etcdserver: rpc not supported for learner";
 
 /// One readiness probe, run on a private thread with its own runtime so the
 /// (synchronous) start functions also work from inside `#[tokio::test]`.
@@ -360,6 +338,7 @@ impl Server for Ephd {
 #[path = "harness_members.rs"]
 mod members;
 use members::member_command;
+pub use members::LEARNER_REFUSAL;
 
 /// An ephd cluster: `n` ephd processes on loopback forming one cluster
 /// (`--initial-cluster` naming every member), started together. A member

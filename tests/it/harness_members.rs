@@ -1,10 +1,35 @@
 //! Starting cluster members one by one: a member restarted in place, or a
 //! new member joining with `--initial-cluster-state existing` (the
-//! membership tests, `cluster_members.rs`).
+//! membership tests, `cluster_members.rs`); and waiting for a member that
+//! stops by itself (a removed one, `cluster_removal.rs`).
 
 use super::{free_port, ClusterMember, EphdCluster, ServerProcess};
 use std::process::{Command, ExitStatus};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+/// What etcd (and ephd) answer on a learner to the calls it does not serve.
+pub const LEARNER_REFUSAL: &str = "etcdserver: rpc not supported for learner";
+
+impl ServerProcess {
+    /// Waits up to `limit` for the process to exit by itself; its exit
+    /// status (once everything it wrote is in [`ServerProcess::logs`]), or
+    /// `None` if it still runs.
+    pub(crate) fn wait_exit(&mut self, limit: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                for reader in self.readers.drain(..) {
+                    let _ = reader.join();
+                }
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
 
 /// The command line of a cluster member.
 pub(super) fn member_command(
