@@ -72,10 +72,21 @@ pub fn router(shared: Shared) -> Router {
             get(move || {
                 let s = metrics_shared.clone();
                 async move {
+                    // A cluster member's role, as its Raft state and the
+                    // applied membership say now.
+                    let node = s.proposer.node();
+                    if let Some(n) = node {
+                        let raft = n.status();
+                        s.metrics.set_role(
+                            raft.leader().is_some(),
+                            raft.is_leader(),
+                            n.is_learner(),
+                        );
+                    }
                     let mut text = s.metrics.render(&s.store);
                     // A cluster member adds its Raft log's bounds.
-                    if let Some(node) = s.proposer.node() {
-                        text.push_str(&node.status().log().render());
+                    if let Some(n) = node {
+                        text.push_str(&n.status().log().render());
                     }
                     ([("content-type", "text/plain; version=0.0.4")], text)
                 }

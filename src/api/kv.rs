@@ -22,6 +22,11 @@ impl Kv for KvService {
         &self,
         req: Request<pb::RangeRequest>,
     ) -> Result<Response<pb::RangeResponse>, Status> {
+        // Before anything else, as etcd's interceptor refuses it.
+        crate::cluster::learner::check_range(
+            self.0.proposer.node().map(|n| &**n),
+            req.get_ref().serializable,
+        )?;
         let by = authz::caller(&self.0, &req).await?;
         let req = req.into_inner();
         let Shared {

@@ -83,7 +83,7 @@ impl Maintenance for MaintenanceService {
             raft_term,
             raft_applied_index,
             errors: store.alarms().iter().map(alarm_text).collect(),
-            is_learner: false,
+            is_learner: proposer.node().is_some_and(|n| n.is_learner()),
             ..Default::default()
         }))
     }

@@ -16,9 +16,11 @@
 //!   Watch or LeaseKeepAlive stream with it ends with that error once the
 //!   member has been without a leader for three election timeouts
 //!   ([`leader_lost`]), so the client moves to another member.
+//! * The same layer refuses what a learner does not serve (`learner.rs`),
+//!   as etcd's interceptors do, before the `hasleader` check.
 
 use super::input::Input;
-use super::node::Node;
+use super::node::{Node, RaftStatus};
 use crate::error::Error;
 use futures::future::{Either, Ready};
 use std::sync::Arc;
@@ -92,7 +94,9 @@ pub fn move_leader_single(me: u64, target: u64) -> Result<(), Status> {
 
 /// On SIGTERM, before the member stops serving: a leader hands leadership
 /// to its most caught-up peer and waits (at most two election timeouts:
-/// raft gives a transfer up after one) until another member leads.
+/// raft gives a transfer up after one) until another member leads. A
+/// leader stopping because it was removed from the cluster does the same,
+/// and waits only until it no longer leads (at most an election timeout).
 pub async fn hand_over(node: &Node) {
     if !node.status().is_leader() {
         return;
@@ -102,6 +106,17 @@ pub async fn hand_over(node: &Node) {
         return;
     }
     let bound = 2 * node.election_timeout();
+    if node.is_removed() {
+        // The others no longer answer it, nor send it their votes: it
+        // steps down at the latest when its quorum check fails, after an
+        // election timeout.
+        let stepped_down = wait_until(node, |s| !s.is_leader(), node.election_timeout()).await;
+        tracing::info!(
+            stepped_down,
+            "removed leader handed leadership over before stopping"
+        );
+        return;
+    }
     if wait_for_leader(node, |l| l != me, bound).await {
         tracing::info!(
             leader = %format_args!("{:x}", node.status().leader().unwrap_or(0)),
@@ -117,9 +132,14 @@ pub async fn hand_over(node: &Node) {
 
 /// Waits until the known leader satisfies `done`, at most `bound`.
 async fn wait_for_leader(node: &Node, done: impl Fn(u64) -> bool, bound: Duration) -> bool {
+    wait_until(node, |s| s.leader().is_some_and(&done), bound).await
+}
+
+/// Waits until Raft's state satisfies `done`, at most `bound`.
+async fn wait_until(node: &Node, done: impl Fn(&RaftStatus) -> bool, bound: Duration) -> bool {
     let deadline = tokio::time::Instant::now() + bound;
     loop {
-        if node.status().leader().is_some_and(&done) {
+        if done(node.status()) {
             return true;
         }
         if tokio::time::Instant::now() >= deadline {
@@ -203,9 +223,12 @@ impl Lost {
     }
 }
 
-/// Refuses, at once, every call with `hasleader: true` on a cluster member
-/// that knows no leader (etcd's unary and stream interceptors). Outside
-/// cluster mode (no node) it passes everything through.
+/// etcd's unary and stream interceptors on a cluster member: refuses, at
+/// once, every client call a learner does not serve while this member is a
+/// learner (`learner.rs`; a Range is let through, the KV service refuses
+/// it unless serializable), and every call with `hasleader: true` while
+/// the member knows no leader. Outside cluster mode (no node) it passes
+/// everything through.
 #[derive(Clone)]
 pub struct RequireLeaderLayer(pub Option<Arc<Node>>);
 
@@ -240,15 +263,23 @@ where
     }
 
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
-        let leaderless = self
-            .node
-            .as_ref()
-            .is_some_and(|n| n.status().leader().is_none());
-        if leaderless && requires_leader(req.headers()) {
-            let resp = Lost::status().into_http::<tonic::body::Body>();
-            return Either::Right(futures::future::ready(Ok(resp)));
+        let Some(node) = &self.node else {
+            return Either::Left(self.inner.call(req));
+        };
+        // etcd's order: a learner's refusal first, then `hasleader`.
+        let refusal = if super::learner::refuses(req.uri().path()) && node.is_learner() {
+            Some(super::learner::refusal())
+        } else if node.status().leader().is_none() && requires_leader(req.headers()) {
+            Some(Lost::status())
+        } else {
+            None
+        };
+        match refusal {
+            Some(s) => Either::Right(futures::future::ready(Ok(
+                s.into_http::<tonic::body::Body>()
+            ))),
+            None => Either::Left(self.inner.call(req)),
         }
-        Either::Left(self.inner.call(req))
     }
 }
 

@@ -2,9 +2,11 @@
 //! the voters, links to the other members for forwarding, and whether this
 //! member, as leader, has restarted the lease countdowns in its term. What
 //! is done with it (forwarding keep-alives, the leader's rounds) is
-//! `lease_forward.rs`.
+//! `lease_forward.rs`. Who the members are, and where they are reached,
+//! is read from the applied membership at each call, so a member added
+//! later (a replacement that became leader) is reached like the others.
 
-use crate::config::ClusterConfig;
+use super::members::Members;
 use crate::error::Error;
 use crate::grpc_status::status;
 use crate::mvcc::Store;
@@ -27,8 +29,10 @@ pub(super) fn not_leader() -> Status {
 /// has restarted the lease countdowns in its current term.
 pub struct LeaseForward {
     me: u64,
-    peers: HashMap<u64, String>,
-    clients: Mutex<HashMap<u64, RaftTransportClient<Channel>>>,
+    /// The applied membership (who is a voter, where each member is).
+    members: Arc<Members>,
+    /// A client per member, with the peer URL it was made for.
+    clients: Mutex<HashMap<u64, (String, RaftTransportClient<Channel>)>>,
     pub(super) store: Arc<Store>,
     /// The term in which this member, as leader, restarted the countdowns
     /// (0: not in any term yet).
@@ -41,16 +45,12 @@ pub struct LeaseForward {
 }
 
 impl LeaseForward {
-    /// The state of a member of `config` with `store`.
-    pub(super) fn new(config: &ClusterConfig, store: Arc<Store>) -> Self {
-        let me = config.member_id();
+    /// The state of member `me`, whose membership is `members`, with
+    /// `store`.
+    pub(super) fn new(me: u64, members: Arc<Members>, store: Arc<Store>) -> Self {
         LeaseForward {
             me,
-            peers: config
-                .members
-                .iter()
-                .map(|m| (m.id, m.peer_urls[0].clone()))
-                .collect(),
+            members,
             clients: Mutex::new(HashMap::new()),
             store,
             promoted_term: AtomicU64::new(0),
@@ -58,28 +58,41 @@ impl LeaseForward {
         }
     }
 
-    /// Whether `id` is a voting member.
+    /// Whether `id` is a voting member now (learners do not vote).
     pub(super) fn is_voter(&self, id: u64) -> bool {
-        self.peers.contains_key(&id)
+        self.members
+            .current
+            .read()
+            .get(id)
+            .is_some_and(|m| !m.is_learner)
     }
 
-    /// A client of member `id`'s peer service (connected lazily, kept).
+    /// A client of member `id`'s peer service, at its current peer URL
+    /// (connected lazily, kept while the URL stays).
     pub(super) fn client(&self, id: u64) -> Result<RaftTransportClient<Channel>, Status> {
         if id == self.me {
             return Err(not_leader());
         }
+        let url = self
+            .members
+            .current
+            .read()
+            .get(id)
+            .and_then(|m| m.peer_urls.first().cloned())
+            .ok_or_else(|| status(Error::NoLeader))?;
         let mut clients = self.clients.lock();
-        if let Some(c) = clients.get(&id) {
-            return Ok(c.clone());
+        if let Some((at, c)) = clients.get(&id) {
+            if *at == url {
+                return Ok(c.clone());
+            }
         }
-        let url = self.peers.get(&id).ok_or_else(|| status(Error::NoLeader))?;
-        let channel = super::peers::endpoint(url)
+        let channel = super::peers::endpoint(&url)
             .map_err(|e| Status::unavailable(format!("invalid peer URL {url}: {e}")))?
             .connect_timeout(Duration::from_secs(1))
             .tcp_nodelay(true)
             .connect_lazy();
         let client = RaftTransportClient::new(channel);
-        clients.insert(id, client.clone());
+        clients.insert(id, (url, client.clone()));
         Ok(client)
     }
 }

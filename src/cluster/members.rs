@@ -50,6 +50,11 @@ pub(super) struct Members {
     pub(super) token: String,
     /// The cluster ID.
     pub(super) cluster_id: u64,
+    /// Raised once this member knows it was removed (`removal.rs`).
+    pub(super) removal: Arc<super::removal::Removal>,
+    /// This member joined as a learner (`boot.current` says so): what it
+    /// is until the applied membership knows it (`learner.rs`).
+    pub(super) joined_as_learner: bool,
 }
 
 impl Members {
@@ -64,6 +69,8 @@ impl Members {
             health: Arc::new(PeerHealth::default()),
             token: config.token.clone(),
             cluster_id: boot.cluster_id,
+            removal: Arc::default(),
+            joined_as_learner: boot.current.get(boot.id).is_some_and(|m| m.is_learner),
         }
     }
 }
@@ -148,14 +155,23 @@ pub(super) fn apply_entry(members: &Members, me: u64, inbox: &Sender<Input>, dat
     if proposer == me {
         members.waiters.finish(proposal, result);
     }
+    if change == Change::Remove(me) && members.current.read().is_removed(me) {
+        members.removal.raise(me, "applied its removal");
+    }
 }
 
 /// Apply-thread side of a snapshot install: the member list the snapshot
 /// carries replaces this member's (the changes it lacks were compacted out
 /// of the leader's log), and the peer connections follow it. Raft's own
 /// configuration comes with the snapshot's metadata.
-pub(super) fn install(members: &Members, inbox: &Sender<Input>, installed: Membership) {
+pub(super) fn install(members: &Members, me: u64, inbox: &Sender<Input>, installed: Membership) {
     let before = std::mem::replace(&mut *members.current.write(), installed.clone());
+    if installed.is_removed(me) {
+        // Its removal was in the part of the log the snapshot replaced.
+        members
+            .removal
+            .raise(me, "installed a snapshot that removed it");
+    }
     let gone = before
         .members()
         .filter(|m| installed.get(m.id).is_none())
@@ -197,12 +213,8 @@ fn upsert(m: &MemberInfo) -> PeerChange {
 
 fn log_applied(change: &Change, me: u64) {
     match change {
-        Change::Remove(id) if *id == me => tracing::error!(
-            member_id = %format_args!("{me:x}"),
-            "this member was removed from the cluster: it no longer votes or counts for \
-             commits; stop it (a member that lost its state joins again under a new ID: \
-             MemberAdd, then start it with --initial-cluster-state existing)"
-        ),
+        // Logged when the removal is raised.
+        Change::Remove(id) if *id == me => {}
         Change::Publish { .. } => {}
         other => tracing::info!(change = ?other, "membership changed"),
     }

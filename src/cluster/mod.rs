@@ -17,9 +17,11 @@
 //! * `membership.rs`: the members as replicated state, changed by conf
 //!   change entries; `reconfig.rs`: the Cluster API's changes and their
 //!   checks; `join.rs`: how a member starts (new or joining) and the peer
-//!   service that answers starting members.
+//!   service that answers starting members; `removal.rs`: a removed
+//!   member stops.
 //! * `logger.rs`: raft's log lines into `tracing`.
-//! * `leadership.rs`: MoveLeader, the hand-over on SIGTERM, `hasleader`.
+//! * `leadership.rs`: MoveLeader, the hand-over on SIGTERM, `hasleader`;
+//!   `learner.rs`: what a learner refuses to serve.
 //! * `lease_forward.rs`: keep-alives answered by the leader, term-checked
 //!   revokes, lease checkpoints.
 
@@ -30,6 +32,7 @@ pub mod entry;
 mod input;
 mod join;
 pub mod leadership;
+pub mod learner;
 pub mod lease_forward;
 mod lease_state;
 mod logger;
@@ -38,6 +41,7 @@ pub mod membership;
 mod node;
 mod peers;
 mod reconfig;
+mod removal;
 mod sections;
 mod timeouts;
 mod transport;

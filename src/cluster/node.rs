@@ -150,6 +150,7 @@ impl Node {
             id,
             members.health.clone(),
             inbox.clone(),
+            members.removal.clone(),
         )?;
         let (to_apply, committed) = crossbeam_channel::unbounded();
         let waiters = Arc::new(Waiters::default());
@@ -176,7 +177,7 @@ impl Node {
             .name("ephd-raft".into())
             .spawn(move || raft_loop.run())
             .map_err(|e| format!("cannot start the raft thread: {e}"))?;
-        let leases = super::lease_state::LeaseForward::new(config, store.clone());
+        let leases = super::lease_state::LeaseForward::new(id, members.clone(), store.clone());
         let applier = Applier {
             id,
             store,
@@ -529,7 +530,7 @@ impl Applier {
                 Work::Install(snap) => {
                     let (index, sections) =
                         catchup::install(&self.store, &snap, self.status.log(), sections::decode);
-                    sections::install(sections, &self.store, &self.members, &self.inbox);
+                    sections::install(sections, &self.store, &self.members, self.id, &self.inbox);
                     self.term = snap.get_metadata().term;
                     self.status.applied.store(index, Ordering::Relaxed);
                     self.applied.send_replace(index);

@@ -13,11 +13,14 @@
 //! URLs changed gets a new connection. Each task records since when its
 //! peer has answered without interruption ([`PeerHealth`]), which the
 //! reconfiguration checks read as etcd reads its transport's. With peer
-//! TLS every connection is TLS, with this member's peer certificate.
+//! TLS every connection is TLS, with this member's peer certificate. A
+//! peer that answers that this member was removed raises its removal
+//! (`removal.rs`).
 
 use super::catchup;
 use super::input::{Input, PeerChange};
 use super::membership::MemberInfo;
+use super::removal::Removal;
 use crate::config::PeerTls;
 use crate::proto::ephd::internal::{raft_transport_client::RaftTransportClient, RaftBatch};
 use bytes::Bytes;
@@ -99,6 +102,8 @@ pub(super) struct Peers {
     /// Peers whose snapshot message could not even be queued: raft must
     /// hear that it failed (see [`Peers::take_undelivered`]).
     undelivered: Mutex<Vec<u64>>,
+    /// Raised when a peer answers that this member was removed.
+    removal: Arc<Removal>,
 }
 
 impl Peers {
@@ -109,6 +114,7 @@ impl Peers {
         me: u64,
         health: Arc<PeerHealth>,
         inbox: Sender<Input>,
+        removal: Arc<Removal>,
     ) -> Result<Peers, String> {
         let mut peers = Peers {
             me,
@@ -118,6 +124,7 @@ impl Peers {
             inbox,
             tls: PEER_TLS.get().cloned().flatten(),
             undelivered: Mutex::new(Vec::new()),
+            removal,
         };
         for m in members {
             if let Some(url) = m.peer_urls.first() {
@@ -143,11 +150,13 @@ impl Peers {
                 let (tx, rx) = mpsc::channel(QUEUE);
                 tracing::info!(peer = %name, url = %url, "sending raft messages to a peer");
                 let to = Target {
+                    me: self.me,
                     id,
                     name,
                     url: url.clone(),
                     tls: self.tls.clone(),
                     inbox: self.inbox.clone(),
+                    removal: self.removal.clone(),
                 };
                 self.runtime.spawn(send_loop(to, rx, self.health.clone()));
                 // Replacing the old queue ends the old task.
@@ -262,11 +271,14 @@ pub(super) fn peer_channel(
 
 /// Where a send loop sends, and where it reports snapshots' delivery.
 struct Target {
+    /// This member, the sender of every batch.
+    me: u64,
     id: u64,
     name: String,
     url: String,
     tls: Option<ClientTlsConfig>,
     inbox: Sender<Input>,
+    removal: Arc<Removal>,
 }
 
 /// Sends what is queued for one peer, a batch per call, until the Raft
@@ -305,7 +317,18 @@ async fn send_loop(to: Target, mut queue: mpsc::Receiver<Outgoing>, health: Arc<
                 Err(_) => break,
             }
         }
-        let sent = client.send(RaftBatch { messages }).await;
+        let batch = RaftBatch {
+            messages,
+            from: to.me,
+        };
+        let sent = client.send(batch).await;
+        if let Err(e) = &sent {
+            if super::removal::says_removed(e) {
+                // Nothing more to send: this member stops.
+                to.removal.raise(to.me, &format!("member {name} says so"));
+                return;
+            }
+        }
         for _ in 0..snapshots {
             catchup::report(&to.inbox, *id, sent.is_ok());
         }

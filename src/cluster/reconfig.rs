@@ -40,6 +40,17 @@ impl Node {
         self.members().cluster_id
     }
 
+    /// Completes once this member knows it was removed from the cluster
+    /// (`removal.rs`); the server then stops, as etcd's does.
+    pub async fn removed(&self) {
+        self.members().removal.raised().await
+    }
+
+    /// Whether this member knows it was removed from the cluster.
+    pub fn is_removed(&self) -> bool {
+        self.members().removal.is_raised()
+    }
+
     /// The leader's replication progress, when this member is the leader.
     pub async fn progress(&self) -> Result<Option<Progress>> {
         let (tx, rx) = tokio::sync::oneshot::channel();

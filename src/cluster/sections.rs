@@ -52,9 +52,15 @@ pub(super) fn decode(sections: &Sections) -> Result<Decoded, String> {
 
 /// Installs decoded sections, right after the store's image (on the apply
 /// thread, so no entry applies in between).
-pub(super) fn install(decoded: Decoded, store: &Store, members: &Members, inbox: &Sender<Input>) {
+pub(super) fn install(
+    decoded: Decoded,
+    store: &Store,
+    members: &Members,
+    me: u64,
+    inbox: &Sender<Input>,
+) {
     store.auth().install(decoded.auth);
     if let Some(membership) = decoded.membership {
-        members::install(members, inbox, membership);
+        members::install(members, me, inbox, membership);
     }
 }

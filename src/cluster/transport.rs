@@ -1,10 +1,12 @@
 //! Raft messages from the other members: a small gRPC service
 //! (`ephd.internal.RaftTransport`) on the peer listener, which hands each
-//! message to the Raft thread. The sending side is `peers.rs`.
+//! message to the Raft thread (none from a member the cluster removed,
+//! which is told so: `removal.rs`). The sending side is `peers.rs`.
 
 use super::input::Input;
 use super::lease_forward;
 use super::node::Node;
+use super::removal;
 use crate::proto::ephd::internal::{raft_transport_server::RaftTransport, RaftAck, RaftBatch};
 use crate::proto::etcdserverpb as pb;
 use crossbeam_channel::Sender;
@@ -35,17 +37,23 @@ impl PeerService {
 #[tonic::async_trait]
 impl RaftTransport for PeerService {
     async fn send(&self, req: Request<RaftBatch>) -> Result<Response<RaftAck>, Status> {
-        for bytes in req.into_inner().messages {
+        let batch = req.into_inner();
+        // A removed member is told so, and its messages are not taken.
+        let sender = removal::check_sender(&self.node.members().current.read(), batch.from);
+        for bytes in batch.messages {
             let m = Message::parse_from_bytes(&bytes)
                 .map_err(|e| Status::invalid_argument(format!("not a raft message: {e}")))?;
             if m.get_to() != self.id {
                 // Meant for another member (a misconfigured peer URL).
                 continue;
             }
+            if sender.is_err() && !removal::taken_from_removed(&m) {
+                continue;
+            }
             // Full: dropped, Raft retries.
             let _ = self.inbox.try_send(Input::Step(Box::new(m)));
         }
-        Ok(Response::new(RaftAck {}))
+        sender.map(|()| Response::new(RaftAck {}))
     }
 
     async fn lease_keep_alive(

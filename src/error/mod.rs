@@ -137,6 +137,9 @@ pub enum Error {
     /// A reconfiguration while this member is not connected to every
     /// voter: it could break the active quorum.
     Unhealthy,
+    /// A client call a learner does not serve (everything but Status and
+    /// serializable Ranges, as etcd 3.4).
+    NotSupportedForLearner,
 }
 
 impl Error {
@@ -160,7 +163,7 @@ impl Error {
             | Error::LearnerNotReady
             | Error::TooManyLearners => Code::FailedPrecondition,
             Error::MemberBadUrls => Code::InvalidArgument,
-            Error::Unhealthy => Code::Unavailable,
+            Error::Unhealthy | Error::NotSupportedForLearner => Code::Unavailable,
             Error::LeaseExist | Error::AuthNotEnabled => Code::FailedPrecondition,
             Error::Stopped
             | Error::StreamShutdown
@@ -226,6 +229,7 @@ impl Error {
             }
             Error::TooManyLearners => "etcdserver: too many learner members in cluster",
             Error::Unhealthy => "etcdserver: unhealthy cluster",
+            Error::NotSupportedForLearner => "etcdserver: rpc not supported for learner",
         }
     }
 }
@@ -408,6 +412,11 @@ mod tests {
                 Error::DowngradeUnsupported,
                 Code::Unimplemented,
                 "ephd: downgrade is not supported",
+            ),
+            (
+                Error::NotSupportedForLearner,
+                Code::Unavailable,
+                "etcdserver: rpc not supported for learner",
             ),
         ];
         for (err, code, text) in table {

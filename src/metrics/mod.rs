@@ -52,6 +52,12 @@ pub struct Metrics {
     /// 0: without consensus a write is applied or refused before it would
     /// have been proposed, which etcd does not count as a failed proposal.
     pub proposals_failed: IntCounter,
+    /// `etcd_server_has_leader`: 1 on a single member (it leads itself).
+    has_leader: IntGauge,
+    /// `etcd_server_is_leader`: 1 on a single member.
+    is_leader: IntGauge,
+    /// `etcd_server_is_learner`: 0 on a single member.
+    is_learner: IntGauge,
     proposals_committed: IntGauge,
     proposals_applied: IntGauge,
     server_version: IntGaugeVec,
@@ -98,21 +104,21 @@ impl Metrics {
         let has_leader = gauge(
             &r,
             "etcd_server_has_leader",
-            "Whether a leader exists (always 1).",
+            "Whether or not a leader exists. 1 is existence, 0 is not.",
         );
         has_leader.set(1);
         let is_leader = gauge(
             &r,
             "etcd_server_is_leader",
-            "Whether this member is leader (always 1).",
+            "Whether or not this member is a leader. 1 if is, 0 otherwise.",
         );
         is_leader.set(1);
-        let learner = gauge(
+        let is_learner = gauge(
             &r,
             "etcd_server_is_learner",
             "Whether or not this member is a learner. 1 if is, 0 otherwise.",
         );
-        learner.set(0);
+        is_learner.set(0);
         // A single member became leader once, when it started.
         counter(
             &r,
@@ -137,6 +143,9 @@ impl Metrics {
             .expect("unique metric");
         let grpc = Arc::new(grpc::GrpcMetrics::new(&r).expect("valid gRPC metrics"));
         Metrics {
+            has_leader,
+            is_leader,
+            is_learner,
             server_version: version,
             grpc,
             proposals_failed: counter(
@@ -243,6 +252,14 @@ impl Metrics {
     pub fn set_server_version(&self, version: &str) {
         self.server_version.reset();
         self.server_version.with_label_values(&[version]).set(1);
+    }
+
+    /// A cluster member's role, set before each scrape (a single member
+    /// keeps the values it starts with: it leads, and is no learner).
+    pub fn set_role(&self, has_leader: bool, is_leader: bool, is_learner: bool) {
+        self.has_leader.set(i64::from(has_leader));
+        self.is_leader.set(i64::from(is_leader));
+        self.is_learner.set(i64::from(is_learner));
     }
 
     /// Renders every metric in Prometheus' text format.

@@ -319,7 +319,14 @@ impl Server {
         let stop_rx = self.shared.stop.clone();
         let handover = self.shared.proposer.node().cloned();
         tokio::spawn(async move {
-            shutdown.await;
+            // A member removed from the cluster stops as on a signal.
+            match &handover {
+                Some(node) => tokio::select! {
+                    _ = shutdown => {}
+                    _ = node.removed() => {}
+                },
+                None => shutdown.await,
+            }
             // A leader hands over first, while it still serves its peers.
             if let Some(node) = handover {
                 crate::cluster::leadership::hand_over(&node).await;

@@ -76,7 +76,7 @@ where
     }
 }
 
-async fn add(
+pub(crate) async fn add(
     c: &ClusterClient<Channel>,
     url: &str,
     learner: bool,
@@ -93,7 +93,10 @@ async fn add(
     .map(|r| r.into_inner().member.expect("the added member"))
 }
 
-async fn remove(c: &ClusterClient<Channel>, id: u64) -> Result<Vec<Member>, tonic::Status> {
+pub(crate) async fn remove(
+    c: &ClusterClient<Channel>,
+    id: u64,
+) -> Result<Vec<Member>, tonic::Status> {
     settled(|| {
         let mut c = c.clone();
         async move { c.member_remove(MemberRemoveRequest { id }).await }
@@ -103,7 +106,7 @@ async fn remove(c: &ClusterClient<Channel>, id: u64) -> Result<Vec<Member>, toni
 }
 
 /// Promotes `id`, waiting while the leader says it has not caught up.
-async fn promote(c: &ClusterClient<Channel>, id: u64) -> Vec<Member> {
+pub(crate) async fn promote(c: &ClusterClient<Channel>, id: u64) -> Vec<Member> {
     let deadline = Instant::now() + SETTLE;
     loop {
         let mut c = c.clone();
@@ -128,7 +131,7 @@ async fn promote(c: &ClusterClient<Channel>, id: u64) -> Vec<Member> {
 
 /// Waits until `m`'s store (a serializable read) holds `key` at revision
 /// `rev` at least.
-async fn caught_up(m: &ClusterMember, key: &str, rev: i64) {
+pub(crate) async fn caught_up(m: &ClusterMember, key: &str, rev: i64) {
     let deadline = Instant::now() + SETTLE;
     let mut kv = m.kv().await;
     loop {

@@ -49,7 +49,7 @@ async fn send_empty_batch(url: &str, dir: &Path, identity: Option<&str>) -> Resu
     }
     let channel: Channel = endpoint.connect().await.map_err(|e| format!("{e:?}"))?;
     RaftTransportClient::new(channel)
-        .send(RaftBatch { messages: vec![] })
+        .send(RaftBatch::default())
         .await
         .map(|_| ())
         .map_err(|e| format!("{e:?}"))

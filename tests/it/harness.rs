@@ -59,6 +59,8 @@ pub(crate) struct ServerProcess {
     what: &'static str,
     child: Child,
     log: Arc<Mutex<VecDeque<u8>>>,
+    /// The threads copying stdout and stderr into `log` (done at EOF).
+    readers: Vec<std::thread::JoinHandle<()>>,
 }
 
 impl ServerProcess {
@@ -77,9 +79,16 @@ impl ServerProcess {
         let log = Arc::new(Mutex::new(VecDeque::new()));
         let stdout = child.stdout.take().expect("piped stdout");
         let stderr = child.stderr.take().expect("piped stderr");
-        spawn_log_reader(stdout, log.clone());
-        spawn_log_reader(stderr, log.clone());
-        ServerProcess { what, child, log }
+        let readers = vec![
+            spawn_log_reader(stdout, log.clone()),
+            spawn_log_reader(stderr, log.clone()),
+        ];
+        ServerProcess {
+            what,
+            child,
+            log,
+            readers,
+        }
     }
 
     pub(crate) fn logs(&self) -> String {
@@ -88,19 +97,6 @@ impl ServerProcess {
         let mut bytes = a.to_vec();
         bytes.extend_from_slice(b);
         String::from_utf8_lossy(&bytes).into_owned()
-    }
-
-    /// Waits up to `limit` for the process to exit; true if it exited
-    /// with success.
-    pub(crate) fn wait_exit(&mut self, limit: Duration) -> bool {
-        let deadline = Instant::now() + limit;
-        while Instant::now() < deadline {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return status.success();
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        false
     }
 
     /// Polls until `endpoint` answers a Status and a linearizable Range (i.e.
@@ -142,7 +138,10 @@ impl Drop for ServerProcess {
     }
 }
 
-fn spawn_log_reader(mut src: impl Read + Send + 'static, log: Arc<Mutex<VecDeque<u8>>>) {
+fn spawn_log_reader(
+    mut src: impl Read + Send + 'static,
+    log: Arc<Mutex<VecDeque<u8>>>,
+) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         let mut buf = [0u8; 8192];
         while let Ok(n) = src.read(&mut buf) {
@@ -154,7 +153,7 @@ fn spawn_log_reader(mut src: impl Read + Send + 'static, log: Arc<Mutex<VecDeque
             let excess = log.len().saturating_sub(LOG_TAIL_BYTES);
             log.drain(..excess);
         }
-    });
+    })
 }
 
 /// One readiness probe, run on a private thread with its own runtime so the
@@ -183,6 +182,9 @@ fn probe_ready(endpoint: &str) -> Result<(), String> {
                     {
                         Ok(())
                     }
+                    // A learner refuses linearizable reads: it serves, and
+                    // knows it is a learner, so it has replayed its own add.
+                    Err(e) if e.to_string().contains(LEARNER_REFUSAL) => Ok(()),
                     Err(e) => Err(format!("range: {e}")),
                 }
             };
@@ -331,14 +333,6 @@ impl Ephd {
     pub fn logs(&self) -> String {
         self.process.logs()
     }
-
-    /// Sends SIGTERM and waits up to `limit` for ephd to exit (it writes
-    /// its last `--data-dir` snapshot first); true if it exited cleanly.
-    pub fn terminate(&mut self, limit: Duration) -> bool {
-        // SAFETY: kill(2) on the child process this handle owns.
-        unsafe { libc::kill(self.pid() as i32, libc::SIGTERM) };
-        self.process.wait_exit(limit)
-    }
 }
 
 impl Server for Ephd {
@@ -350,6 +344,7 @@ impl Server for Ephd {
 #[path = "harness_members.rs"]
 mod members;
 use members::member_command;
+pub use members::LEARNER_REFUSAL;
 
 /// An ephd cluster: `n` ephd processes on loopback forming one cluster
 /// (`--initial-cluster` naming every member), started together. A member
@@ -491,7 +486,7 @@ impl EphdCluster {
     #[allow(dead_code)]
     pub fn reap(&mut self, i: usize, limit: Duration) -> bool {
         let mut m = self.members[i].take().expect("member running");
-        m.process.wait_exit(limit)
+        m.process.wait_exit(limit).is_some_and(|s| s.success())
     }
 
     /// Every running member's log tail, for failure messages.

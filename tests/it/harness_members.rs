@@ -1,9 +1,35 @@
 //! Starting cluster members one by one: a member restarted in place, or a
 //! new member joining with `--initial-cluster-state existing` (the
-//! membership tests, `cluster_members.rs`).
+//! membership tests, `cluster_members.rs`); and waiting for a member that
+//! stops by itself (a removed one, `cluster_removal.rs`).
 
 use super::{free_port, ClusterMember, EphdCluster, ServerProcess};
-use std::process::Command;
+use std::process::{Command, ExitStatus};
+use std::time::{Duration, Instant};
+
+/// What etcd (and ephd) answer on a learner to the calls it does not serve.
+pub const LEARNER_REFUSAL: &str = "etcdserver: rpc not supported for learner";
+
+impl ServerProcess {
+    /// Waits up to `limit` for the process to exit by itself; its exit
+    /// status (once everything it wrote is in [`ServerProcess::logs`]), or
+    /// `None` if it still runs.
+    pub(crate) fn wait_exit(&mut self, limit: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                for reader in self.readers.drain(..) {
+                    let _ = reader.join();
+                }
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
 
 /// The command line of a cluster member.
 pub(super) fn member_command(
@@ -61,6 +87,18 @@ impl EphdCluster {
         self.spawn_member(name, "existing", None, peer)
     }
 
+    /// Waits up to `limit` for member `i` to exit by itself (a member
+    /// removed from the cluster stops); its exit status and log, taking it
+    /// out of the running members. `None` (and still running) if it did
+    /// not exit.
+    pub fn exited(&mut self, i: usize, limit: Duration) -> Option<(ExitStatus, String)> {
+        let m = self.members[i].as_mut().expect("member running");
+        let status = m.process.wait_exit(limit)?;
+        let logs = m.process.logs();
+        self.members[i] = None;
+        Some((status, logs))
+    }
+
     /// The peer port of member `i` (running or not).
     pub fn peer_port(&self, i: usize) -> u16 {
         self.names[i].rsplit(':').next().unwrap().parse().unwrap()
@@ -112,5 +150,15 @@ impl EphdCluster {
                 Ok(self.members.len() - 1)
             }
         }
+    }
+}
+
+impl super::Ephd {
+    /// Sends SIGTERM and waits up to `limit` for ephd to exit (it writes
+    /// its last `--data-dir` snapshot first); true if it exited cleanly.
+    pub fn terminate(&mut self, limit: Duration) -> bool {
+        // SAFETY: kill(2) on the child process this handle owns.
+        unsafe { libc::kill(self.pid() as i32, libc::SIGTERM) };
+        self.process.wait_exit(limit).is_some_and(|s| s.success())
     }
 }
