@@ -22,11 +22,16 @@
 //! * `leadership.rs`: MoveLeader, the hand-over on SIGTERM, `hasleader`.
 //! * `lease_forward.rs`: keep-alives answered by the leader, term-checked
 //!   revokes, lease checkpoints.
+//! * `initial_gate.rs`: writes held back until a new cluster's initial
+//!   revision is applied.
 
 mod auth_change;
 mod authorized;
 mod catchup;
 pub mod entry;
+mod initial_gate;
+#[cfg(test)]
+mod initial_gate_tests;
 mod input;
 mod join;
 pub mod leadership;

@@ -13,6 +13,7 @@
 
 use super::catchup::{self, CatchUp, LogCounters, LogStore, Work};
 use super::entry;
+use super::initial_gate::{self, InitialGate};
 use super::input::Input;
 use super::logger;
 use super::members::{self, Boot, Members};
@@ -107,6 +108,8 @@ pub struct Node {
     pub(super) leases: super::lease_state::LeaseForward,
     /// Membership: applied state, waiting changes, peer health.
     members: Arc<Members>,
+    /// Writes wait here for the initial revision (`initial_gate.rs`).
+    gate: Arc<InitialGate>,
 }
 
 impl Node {
@@ -114,11 +117,13 @@ impl Node {
     /// the other members (tasks on the current tokio runtime). Every member
     /// starts with the configuration the cluster's log starts from (the
     /// initial cluster) and an empty log; a joining member replays the log
-    /// from there.
+    /// from there. With `hold_writes` (revision continuity), proposals wait
+    /// until this member has applied the initial revision.
     pub fn start(
         config: &ClusterConfig,
         store: Arc<Store>,
         boot: Boot,
+        hold_writes: bool,
     ) -> std::result::Result<Arc<Node>, String> {
         let id = boot.id;
         let storage = LogStore::new(MemStorage::new_with_conf_state(boot.initial.conf_state()));
@@ -172,6 +177,7 @@ impl Node {
             .spawn(move || raft_loop.run())
             .map_err(|e| format!("cannot start the raft thread: {e}"))?;
         let leases = super::lease_state::LeaseForward::new(config, store.clone());
+        let gate = Arc::new(InitialGate::new(hold_writes));
         let applier = Applier {
             id,
             store,
@@ -181,6 +187,7 @@ impl Node {
             inbox: inbox.clone(),
             term: 0,
             members: members.clone(),
+            gate: gate.clone(),
         };
         let apply_thread = std::thread::Builder::new()
             .name("ephd-apply".into())
@@ -210,6 +217,7 @@ impl Node {
             threads: Mutex::new(vec![raft_thread, apply_thread]),
             leases,
             members,
+            gate,
         });
         Ok(node)
     }
@@ -217,6 +225,12 @@ impl Node {
     /// Membership's shared state (`reconfig.rs`).
     pub(super) fn members(&self) -> &Arc<Members> {
         &self.members
+    }
+
+    /// The gate writes pass once the initial revision is applied.
+    #[cfg(test)]
+    pub(super) fn gate(&self) -> &InitialGate {
+        &self.gate
     }
 
     /// A new proposal or read number.
@@ -242,7 +256,9 @@ impl Node {
     /// Proposes `entry` and waits until this member has applied it; returns
     /// this member's result of applying it. A proposal not applied within
     /// the request timeout fails with `etcdserver: request timed out` and is
-    /// never proposed again (it may still commit later).
+    /// never proposed again (it may still commit later). Every entry but the
+    /// initial revision first waits for it (`initial_gate.rs`), within the
+    /// same timeout.
     pub async fn propose(&self, entry: Entry) -> Result<Applied> {
         self.propose_in_term(entry, 0).await
     }
@@ -255,11 +271,15 @@ impl Node {
         if self.status.leader().is_none() {
             return Err(Error::NoLeader);
         }
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        if initial_gate::holds(&entry) {
+            self.gate.pass(deadline).await?;
+        }
         let proposal = self.next_number.fetch_add(1, Ordering::Relaxed);
         let data = entry::encode(self.id, proposal, term, entry);
         let (rx, _pending) = self.waiters.wait(proposal);
         self.send(Input::Propose { proposal, data })?;
-        match tokio::time::timeout(self.timeout, rx).await {
+        match tokio::time::timeout_at(deadline, rx).await {
             Ok(Ok(result)) => result,
             Ok(Err(_)) => Err(Error::Stopped),
             Err(_) => Err(Error::Timeout),
@@ -491,6 +511,7 @@ struct Applier {
     /// The term of the last applied entry.
     term: u64,
     members: Arc<Members>,
+    gate: Arc<InitialGate>,
 }
 
 impl Applier {
@@ -500,6 +521,9 @@ impl Applier {
                 Work::Entries(batch) => batch,
                 Work::Install(snap) => {
                     let index = catchup::install(&self.store, &snap, self.status.log());
+                    if initial_gate::initialized(&self.store) {
+                        self.gate.open();
+                    }
                     self.term = snap.get_metadata().term;
                     self.status.applied.store(index, Ordering::Relaxed);
                     self.applied.send_replace(index);
@@ -545,6 +569,9 @@ impl Applier {
                 } else {
                     self.store.apply_replicated(p.entry)
                 };
+                if matches!(result, Ok(Applied::Initialize { .. })) {
+                    self.gate.open();
+                }
                 if p.proposer == self.id {
                     self.waiters.finish(p.proposal, result);
                 }

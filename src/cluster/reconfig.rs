@@ -224,22 +224,24 @@ pub fn check_urls(urls: &[String]) -> Result<()> {
     Ok(())
 }
 
-/// Once this member has a leader, publishes its name and client URLs
-/// through the log (etcd's `publish`), retrying until the applied
-/// membership shows them, so every member lists them.
-/// Starts this member's Raft node ([`Node::start`]) and has it publish its
-/// name and client URLs through the log once it has a leader.
+/// Starts this member's Raft node ([`Node::start`]; `hold_writes` with
+/// revision continuity) and has it publish its name and client URLs
+/// through the log once it has a leader.
 pub fn start_node(
     config: &ClusterConfig,
     store: Arc<crate::mvcc::Store>,
     boot: Boot,
+    hold_writes: bool,
 ) -> std::result::Result<Arc<Node>, String> {
     let (name, client_urls) = (boot.name.clone(), boot.client_urls.clone());
-    let node = Node::start(config, store, boot)?;
+    let node = Node::start(config, store, boot, hold_writes)?;
     publish(&node, name, client_urls);
     Ok(node)
 }
 
+/// Once this member has a leader, publishes its name and client URLs
+/// through the log (etcd's `publish`), retrying until the applied
+/// membership shows them, so every member lists them.
 pub(super) fn publish(node: &Arc<Node>, name: String, client_urls: Vec<String>) {
     let weak: Weak<Node> = Arc::downgrade(node);
     let id = node.id();

@@ -254,7 +254,8 @@ impl Server {
         let (peer_listeners, proposer) = match (&config.cluster, member) {
             (Some(c), Some(boot)) => {
                 let peers = bind_all(&c.listen_peer_urls).await?;
-                let node = crate::cluster::start_node(c, store.clone(), boot)?;
+                let hold = config.revision_continuity;
+                let node = crate::cluster::start_node(c, store.clone(), boot, hold)?;
                 (peers, Proposer::Replicated(node))
             }
             _ => (Vec::new(), Proposer::Local),
