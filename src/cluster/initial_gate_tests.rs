@@ -37,6 +37,7 @@ fn single(hold_writes: bool) -> (Arc<Node>, Arc<Store>) {
         snapshot_count: 1000,
         catchup_entries: 100,
         peer_tls: None,
+        force_new_cluster: false,
     };
     let initial = Membership::of([MemberInfo {
         id,

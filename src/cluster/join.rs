@@ -11,7 +11,8 @@
 //!   (MemberRemove, MemberAdd, start with `--initial-cluster-state
 //!   existing`). If the members that answer have no leader, a majority may
 //!   have lost its state: forming anew would drop acknowledged writes, so
-//!   the member refuses (`--force-new-cluster` is not built).
+//!   the member refuses, unless `--force-new-cluster` (`force.rs`) makes
+//!   it a new one-member cluster.
 //! * `--initial-cluster-state existing`: the member was added by MemberAdd.
 //!   It asks the running members for its ID (found by its peer URLs), the
 //!   cluster ID and the membership the log starts from ([`join`]), starts
@@ -23,6 +24,7 @@ use super::membership::{MemberInfo, Membership};
 use super::node::Node;
 use crate::config::ClusterConfig;
 use crate::error::Error;
+use crate::mvcc::Store;
 use crate::proto::ephd::internal::{
     membership_client::MembershipClient,
     membership_server::{Membership as MembershipRpc, MembershipServer},
@@ -53,7 +55,11 @@ pub async fn bootstrap(config: &ClusterConfig, client_urls: Vec<String>) -> Resu
         return join(config, client_urls).await;
     }
     let id = config.member_id();
-    probe(config, id).await?;
+    let answers = probe(config, id).await;
+    if config.force_new_cluster {
+        return super::force::boot(config, client_urls, initial, &answers);
+    }
+    check_restart(config, id, &answers)?;
     Ok(Boot {
         id,
         cluster_id: config.cluster_id(),
@@ -84,10 +90,10 @@ async fn client(url: &str) -> Option<MembershipClient<tonic::transport::Channel>
     Some(MembershipClient::new(channel))
 }
 
-/// Refuses to start when a running member of this cluster says this ID has
-/// already run in it (it would vote and acknowledge again with an empty
-/// log) or was removed.
-async fn probe(config: &ClusterConfig, id: u64) -> Result<(), String> {
+/// What the other members `--initial-cluster` names say about this
+/// member and their cluster, by peer URL (those of the same token only;
+/// members that do not answer are left out).
+async fn probe(config: &ClusterConfig, id: u64) -> Vec<(String, ProbeResponse)> {
     let asks = others(config).into_iter().map(|url| async move {
         let mut c = client(&url).await?;
         let req = ProbeRequest {
@@ -100,12 +106,22 @@ async fn probe(config: &ClusterConfig, id: u64) -> Result<(), String> {
         let r = c.probe(req).await.ok()?.into_inner();
         Some((url, r))
     });
-    let answers: Vec<(String, ProbeResponse)> = futures::future::join_all(asks)
+    futures::future::join_all(asks)
         .await
         .into_iter()
         .flatten()
         .filter(|(_, r)| r.token == config.token)
-        .collect();
+        .collect()
+}
+
+/// Refuses to start when a running member of this cluster says this ID has
+/// already run in it (it would vote and acknowledge again with an empty
+/// log) or was removed.
+fn check_restart(
+    config: &ClusterConfig,
+    id: u64,
+    answers: &[(String, ProbeResponse)],
+) -> Result<(), String> {
     let hex = format!("{id:x}");
     if let Some((url, _)) = answers.iter().find(|(_, r)| r.asker_removed) {
         return Err(format!(
@@ -114,7 +130,7 @@ async fn probe(config: &ClusterConfig, id: u64) -> Result<(), String> {
              with --initial-cluster-state existing"
         ));
     }
-    let Some((url, said)) = answers.iter().find(|(_, r)| r.asker_started) else {
+    let Some((url, _)) = answers.iter().find(|(_, r)| r.asker_started) else {
         return Ok(());
     };
     if answers.iter().any(|(_, r)| r.leader != 0) {
@@ -132,12 +148,19 @@ async fn probe(config: &ClusterConfig, id: u64) -> Result<(), String> {
     }
     Err(format!(
         "member {hex} ({}) has already run in the cluster with token {:?} (as the member at \
-         {url} says, whose last committed index is {}), and the members that answer have no \
-         leader: a majority may have lost its state. Forming the cluster anew could lose \
-         acknowledged writes that only the surviving members hold; ephd refuses \
-         (--force-new-cluster, which would start over from a surviving member, is not \
-         built yet)",
-        config.name, config.token, said.committed,
+         {url} says) and this process starts without its raft state, while no member that \
+         answers has a leader: a majority of the cluster may have lost its state. Forming \
+         the cluster again could lose acknowledged writes that only the running members \
+         hold ({}), so ephd refuses to start. If those members cannot elect a leader again, \
+         start ONE member with --force-new-cluster: it becomes a new one-member cluster \
+         (same cluster ID and member ID, every other member removed) that starts empty, \
+         since this process holds no data: every write of the old cluster is lost, those \
+         members' included. Then stop the old cluster's members that still run, and add \
+         each back (`etcdctl member add`, then start it with --initial-cluster-state \
+         existing)",
+        config.name,
+        config.token,
+        super::force::holdings(answers),
     ))
 }
 
@@ -234,23 +257,32 @@ fn error_of(s: &Status) -> Error {
 /// The peer service answering starting members and forwarded promotions.
 pub struct MembershipService {
     node: Arc<Node>,
+    store: Arc<Store>,
 }
 
-/// The peer service for `node`, to serve on the peer listener.
-pub fn membership_service(node: &Arc<Node>) -> MembershipServer<MembershipService> {
-    MembershipServer::new(MembershipService { node: node.clone() })
+/// The peer service for `node` (whose store is `store`), to serve on the
+/// peer listener.
+pub fn membership_service(
+    node: &Arc<Node>,
+    store: &Arc<Store>,
+) -> MembershipServer<MembershipService> {
+    MembershipServer::new(MembershipService {
+        node: node.clone(),
+        store: store.clone(),
+    })
 }
 
 impl MembershipService {
     /// Whether member `id` has run in this cluster as a voter: it
-    /// published itself, or (on the leader) the leader has replicated
-    /// entries to it. A learner may start again without its state: it never votes and
+    /// published itself, its raft messages reached this member
+    /// (`seen.rs`), or (on the leader) the leader has replicated entries to
+    /// it. A learner may start again without its state: it never votes and
     /// its log never counts for a commit.
     async fn has_run(&self, id: u64, m: &Membership) -> bool {
         if m.get(id).is_some_and(|x| x.is_learner) {
             return false;
         }
-        if m.get(id).is_some_and(MemberInfo::has_published) {
+        if m.get(id).is_some_and(MemberInfo::has_published) || self.node.seen.contains(id) {
             return true;
         }
         let progress: Option<Progress> = self.node.progress().await.ok().flatten();
@@ -284,6 +316,8 @@ impl MembershipRpc for MembershipService {
             committed: status.committed(),
             asker_started: same && self.has_run(req.member_id, &m).await,
             asker_removed: same && m.is_removed(req.member_id),
+            term: status.term(),
+            revision: self.store.current_revision(),
         }))
     }
 

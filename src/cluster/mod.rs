@@ -17,7 +17,8 @@
 //! * `membership.rs`: the members as replicated state, changed by conf
 //!   change entries; `reconfig.rs`: the Cluster API's changes and their
 //!   checks; `join.rs`: how a member starts (new or joining) and the peer
-//!   service that answers starting members.
+//!   service that answers starting members; `force.rs`:
+//!   `--force-new-cluster`.
 //! * `logger.rs`: raft's log lines into `tracing`.
 //! * `leadership.rs`: MoveLeader, the hand-over on SIGTERM, `hasleader`.
 //! * `lease_forward.rs`: keep-alives answered by the leader, term-checked
@@ -29,6 +30,7 @@ mod auth_change;
 mod authorized;
 mod catchup;
 pub mod entry;
+mod force;
 mod initial_gate;
 #[cfg(test)]
 mod initial_gate_tests;
@@ -43,6 +45,7 @@ pub mod membership;
 mod node;
 mod peers;
 mod reconfig;
+mod seen;
 mod transport;
 mod waiters;
 

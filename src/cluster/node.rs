@@ -110,6 +110,8 @@ pub struct Node {
     members: Arc<Members>,
     /// Writes wait here for the initial revision (`initial_gate.rs`).
     gate: Arc<InitialGate>,
+    /// Members whose raft messages reached this one (`seen.rs`).
+    pub(super) seen: super::seen::Seen,
 }
 
 impl Node {
@@ -218,6 +220,7 @@ impl Node {
             leases,
             members,
             gate,
+            seen: Default::default(),
         });
         Ok(node)
     }

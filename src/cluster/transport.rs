@@ -42,6 +42,13 @@ impl RaftTransport for PeerService {
                 // Meant for another member (a misconfigured peer URL).
                 continue;
             }
+            if self.node.members().current.read().is_removed(m.get_from()) {
+                // A removed member (or one of a cluster forced anew) must
+                // never take part again: its votes and appends are
+                // rejected, as etcd rejects its streams.
+                continue;
+            }
+            self.node.seen.record(&m);
             // Full: dropped, Raft retries.
             let _ = self.inbox.try_send(Input::Step(Box::new(m)));
         }

@@ -370,7 +370,7 @@ impl Server {
                 let mut stop = stop_rx.clone();
                 let router = tonic::transport::Server::builder()
                     .add_service(service)
-                    .add_service(crate::cluster::membership_service(node));
+                    .add_service(crate::cluster::membership_service(node, &store));
                 let shutdown = async move { crate::api::stopped(&mut stop).await };
                 let incoming = accept::incoming(listener);
                 peer_servers.push(match (&peer_live, tls) {

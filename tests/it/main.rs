@@ -11,6 +11,7 @@ mod authority;
 mod cli;
 mod cluster;
 mod cluster_compaction;
+mod cluster_force;
 mod cluster_initial;
 mod cluster_leader;
 mod cluster_members;
