@@ -76,6 +76,7 @@ pub(super) fn boot(
         initial: forced,
         name: config.name.clone(),
         client_urls,
+        promote: false,
     })
 }
 

@@ -17,7 +17,8 @@
 //! * `membership.rs`: the members as replicated state, changed by conf
 //!   change entries; `reconfig.rs`: the Cluster API's changes and their
 //!   checks; `join.rs`: how a member starts (new or joining) and the peer
-//!   service that answers starting members; `force.rs`:
+//!   service that answers starting members; `rejoin.rs`: a member
+//!   restarted without state rejoins under a new ID; `force.rs`:
 //!   `--force-new-cluster`.
 //! * `logger.rs`: raft's log lines into `tracing`.
 //! * `leadership.rs`: MoveLeader, the hand-over on SIGTERM, `hasleader`.
@@ -45,6 +46,7 @@ pub mod membership;
 mod node;
 mod peers;
 mod reconfig;
+mod rejoin;
 mod seen;
 mod transport;
 mod waiters;

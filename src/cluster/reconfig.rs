@@ -67,7 +67,7 @@ impl Node {
     /// Whether this member has heard from every other voter without
     /// interruption for [`HEALTH_INTERVAL`] (etcd's
     /// `isConnectedFullySince`).
-    fn connected_fully(&self, m: &Membership) -> bool {
+    pub(super) fn connected_fully(&self, m: &Membership) -> bool {
         self.connected_voters(m) == m.voters().count()
     }
 
@@ -226,7 +226,8 @@ pub fn check_urls(urls: &[String]) -> Result<()> {
 
 /// Starts this member's Raft node ([`Node::start`]; `hold_writes` with
 /// revision continuity) and has it publish its name and client URLs
-/// through the log once it has a leader.
+/// through the log once it has a leader (and, after a rejoin, promote
+/// itself once caught up).
 pub fn start_node(
     config: &ClusterConfig,
     store: Arc<crate::mvcc::Store>,
@@ -234,8 +235,12 @@ pub fn start_node(
     hold_writes: bool,
 ) -> std::result::Result<Arc<Node>, String> {
     let (name, client_urls) = (boot.name.clone(), boot.client_urls.clone());
+    let promote = boot.promote;
     let node = Node::start(config, store, boot, hold_writes)?;
     publish(&node, name, client_urls);
+    if promote {
+        super::rejoin::promote_when_caught_up(&node);
+    }
     Ok(node)
 }
 

@@ -15,6 +15,7 @@ mod cluster_force;
 mod cluster_initial;
 mod cluster_leader;
 mod cluster_members;
+mod cluster_rejoin;
 mod cluster_snapshot;
 mod cluster_tls;
 mod concurrency;
