@@ -17,7 +17,7 @@
 //! open from the start.
 
 use crate::error::{Error, Result};
-use crate::mvcc::{Entry, RangeRequest, Store, COMPACT_REV_KEY};
+use crate::mvcc::{Applied, Entry, RangeRequest, Store, COMPACT_REV_KEY};
 use bytes::Bytes;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -54,10 +54,25 @@ impl InitialGate {
         self.open.receiver_count()
     }
 
-    /// Waits until the gate opens, at most until `deadline`
-    /// (`etcdserver: request timed out` then).
-    pub(super) async fn pass(&self, deadline: Instant) -> Result<()> {
-        if self.is_open() {
+    /// Opens the gate if `result` is the initial revision's, applied.
+    pub(super) fn applied(&self, result: &Result<Applied>) {
+        if matches!(result, Ok(Applied::Initialize { .. })) {
+            self.open();
+        }
+    }
+
+    /// Opens the gate if the store a snapshot was installed into had its
+    /// initial revision.
+    pub(super) fn installed(&self, store: &Store) {
+        if initialized(store) {
+            self.open();
+        }
+    }
+
+    /// Waits until the gate opens if `entry` waits for it ([`holds`]), at
+    /// most until `deadline` (`etcdserver: request timed out` then).
+    pub(super) async fn pass(&self, entry: &Entry, deadline: Instant) -> Result<()> {
+        if self.is_open() || !holds(entry) {
             return Ok(());
         }
         let mut rx = self.open.subscribe();

@@ -92,10 +92,7 @@ async fn a_write_before_the_initial_revision_waits_and_lands_above_it() {
         let node = node.clone();
         async move { node.propose(put("early")).await }
     });
-    until("the write waiting at the gate", || {
-        node.gate().waiting() == 1
-    })
-    .await;
+    until("the write waiting at the gate", || node.gate.waiting() == 1).await;
     assert!(!early.is_finished());
     let initial = 1_000_000;
     // The jump, then `compact_rev_key` written at the next revision.
@@ -104,7 +101,7 @@ async fn a_write_before_the_initial_revision_waits_and_lands_above_it() {
         other => panic!("initialize: {other:?}"),
     };
     assert_eq!(key_rev, initial + 1);
-    assert!(node.gate().is_open());
+    assert!(node.gate.is_open());
     let rev = revision(early.await.unwrap().unwrap());
     assert!(
         rev > key_rev,
@@ -134,11 +131,14 @@ async fn without_revision_continuity_writes_pass_at_once() {
 async fn a_closed_gate_times_out_as_a_request_does() {
     let gate = InitialGate::new(true);
     let soon = Instant::now() + Duration::from_millis(20);
-    assert!(matches!(gate.pass(soon).await, Err(Error::Timeout)));
+    let k = put("k");
+    assert!(matches!(gate.pass(&k, soon).await, Err(Error::Timeout)));
+    let initialize = Entry::Initialize { revision: 5 };
+    assert!(gate.pass(&initialize, soon).await.is_ok(), "never held");
     assert_eq!(gate.waiting(), 0, "a timed-out write leaves no waiter");
     gate.open();
     gate.open();
-    assert!(gate.pass(Instant::now()).await.is_ok());
+    assert!(gate.pass(&k, Instant::now()).await.is_ok());
     assert!(initial_gate::holds(&put("k")));
     assert!(!initial_gate::holds(&Entry::Initialize { revision: 5 }));
 }

@@ -13,7 +13,7 @@
 
 use super::catchup::{self, CatchUp, LogCounters, LogStore, Work};
 use super::entry;
-use super::initial_gate::{self, InitialGate};
+use super::initial_gate::InitialGate;
 use super::input::Input;
 use super::logger;
 use super::members::{self, Boot, Members};
@@ -109,7 +109,7 @@ pub struct Node {
     /// Membership: applied state, waiting changes, peer health.
     members: Arc<Members>,
     /// Writes wait here for the initial revision (`initial_gate.rs`).
-    gate: Arc<InitialGate>,
+    pub(super) gate: Arc<InitialGate>,
     /// Members whose raft messages reached this one (`seen.rs`).
     pub(super) seen: super::seen::Seen,
 }
@@ -119,8 +119,7 @@ impl Node {
     /// the other members (tasks on the current tokio runtime). Every member
     /// starts with the configuration the cluster's log starts from (the
     /// initial cluster) and an empty log; a joining member replays the log
-    /// from there. With `hold_writes` (revision continuity), proposals wait
-    /// until this member has applied the initial revision.
+    /// from there. `hold_writes`: see `initial_gate.rs`.
     pub fn start(
         config: &ClusterConfig,
         store: Arc<Store>,
@@ -230,12 +229,6 @@ impl Node {
         &self.members
     }
 
-    /// The gate writes pass once the initial revision is applied.
-    #[cfg(test)]
-    pub(super) fn gate(&self) -> &InitialGate {
-        &self.gate
-    }
-
     /// A new proposal or read number.
     pub(super) fn next_number(&self) -> u64 {
         self.next_number.fetch_add(1, Ordering::Relaxed)
@@ -259,9 +252,8 @@ impl Node {
     /// Proposes `entry` and waits until this member has applied it; returns
     /// this member's result of applying it. A proposal not applied within
     /// the request timeout fails with `etcdserver: request timed out` and is
-    /// never proposed again (it may still commit later). Every entry but the
-    /// initial revision first waits for it (`initial_gate.rs`), within the
-    /// same timeout.
+    /// never proposed again (it may still commit later). Writes first wait
+    /// for the initial revision (`initial_gate.rs`) within that timeout.
     pub async fn propose(&self, entry: Entry) -> Result<Applied> {
         self.propose_in_term(entry, 0).await
     }
@@ -275,9 +267,7 @@ impl Node {
             return Err(Error::NoLeader);
         }
         let deadline = tokio::time::Instant::now() + self.timeout;
-        if initial_gate::holds(&entry) {
-            self.gate.pass(deadline).await?;
-        }
+        self.gate.pass(&entry, deadline).await?;
         let proposal = self.next_number.fetch_add(1, Ordering::Relaxed);
         let data = entry::encode(self.id, proposal, term, entry);
         let (rx, _pending) = self.waiters.wait(proposal);
@@ -524,9 +514,7 @@ impl Applier {
                 Work::Entries(batch) => batch,
                 Work::Install(snap) => {
                     let index = catchup::install(&self.store, &snap, self.status.log());
-                    if initial_gate::initialized(&self.store) {
-                        self.gate.open();
-                    }
+                    self.gate.installed(&self.store);
                     self.term = snap.get_metadata().term;
                     self.status.applied.store(index, Ordering::Relaxed);
                     self.applied.send_replace(index);
@@ -572,9 +560,7 @@ impl Applier {
                 } else {
                     self.store.apply_replicated(p.entry)
                 };
-                if matches!(result, Ok(Applied::Initialize { .. })) {
-                    self.gate.open();
-                }
+                self.gate.applied(&result);
                 if p.proposer == self.id {
                     self.waiters.finish(p.proposal, result);
                 }
