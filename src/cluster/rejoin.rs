@@ -83,7 +83,8 @@ pub(super) async fn rejoin(
             Ok(r) => break r.into_inner(),
             // Refused before anything changed, for a while only: etcd's
             // health rule wants every voter connected for 5 s (a cluster
-            // that just formed, or a member that just came back).
+            // that just formed, or a member that just came back), and
+            // another member may be rejoining as the one learner.
             Err(s) if transient(&s) && tokio::time::Instant::now() < deadline => {
                 tracing::info!(reason = %s.message(), "rejoin refused for now; asking again");
                 tokio::time::sleep(Duration::from_millis(500)).await;
@@ -115,7 +116,8 @@ const PATIENCE: Duration = Duration::from_secs(30);
 
 /// A refusal that changed nothing and may pass later.
 fn transient(s: &Status) -> bool {
-    [Error::Unhealthy, Error::NoLeader]
+    // One learner at a time: another member rejoining is promoted soon.
+    [Error::Unhealthy, Error::NoLeader, Error::TooManyLearners]
         .iter()
         .any(|e| e.message() == s.message())
 }
