@@ -7,11 +7,14 @@
 //!   must never vote or acknowledge under an ID that voted or acknowledged
 //!   before: if a running member of the same cluster (same
 //!   `--initial-cluster-token`) says this ID has already run in it, the
-//!   member refuses to start and says how to rejoin the etcd way
-//!   (MemberRemove, MemberAdd, start with `--initial-cluster-state
-//!   existing`). If the members that answer have no leader, a majority may
-//!   have lost its state: forming anew would drop acknowledged writes, so
-//!   the member refuses (`--force-new-cluster` is not built).
+//!   member rejoins under a new ID (`rejoin.rs`: the old ID removed, added
+//!   as a learner, promoted once caught up), or, when that is refused,
+//!   refuses to start and says how to rejoin the etcd way (MemberRemove,
+//!   MemberAdd, start with `--initial-cluster-state existing`). If the
+//!   members that answer have no leader, a majority may have lost its
+//!   state: forming anew would drop acknowledged writes, so the member
+//!   refuses, unless `--force-new-cluster` (`force.rs`) makes it a new
+//!   one-member cluster.
 //! * `--initial-cluster-state existing`: the member was added by MemberAdd.
 //!   It asks the running members for its ID (found by its peer URLs), the
 //!   cluster ID and the membership the log starts from ([`join`]), starts
@@ -23,10 +26,12 @@ use super::membership::{MemberInfo, Membership};
 use super::node::Node;
 use crate::config::ClusterConfig;
 use crate::error::Error;
+use crate::mvcc::Store;
 use crate::proto::ephd::internal::{
     membership_client::MembershipClient,
     membership_server::{Membership as MembershipRpc, MembershipServer},
     JoinRequest, JoinResponse, ProbeRequest, ProbeResponse, PromoteRequest, PromoteResponse,
+    RejoinRequest,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -53,7 +58,26 @@ pub async fn bootstrap(config: &ClusterConfig, client_urls: Vec<String>) -> Resu
         return join(config, client_urls).await;
     }
     let id = config.member_id();
-    probe(config, id).await?;
+    let answers = probe(config, id).await;
+    if config.force_new_cluster {
+        return super::force::boot(config, client_urls, initial, &answers);
+    }
+    match check_restart(config, id, &answers)? {
+        Start::New => {}
+        Start::Rejoin { old, refusal } => {
+            return super::rejoin::rejoin(config, old, &answers, client_urls)
+                .await
+                .map_err(|why| format!("{refusal} (the automatic rejoin failed: {why})"))
+        }
+        Start::Join => {
+            // Added (by MemberAdd or an earlier rejoin) and not started
+            // yet: start as that member; a learner promotes itself once
+            // caught up, as after a rejoin.
+            let mut boot = join(config, client_urls).await?;
+            boot.promote = boot.current.get(boot.id).is_some_and(|m| m.is_learner);
+            return Ok(boot);
+        }
+    }
     Ok(Boot {
         id,
         cluster_id: config.cluster_id(),
@@ -61,6 +85,7 @@ pub async fn bootstrap(config: &ClusterConfig, client_urls: Vec<String>) -> Resu
         initial,
         name: config.name.clone(),
         client_urls,
+        promote: false,
     })
 }
 
@@ -84,10 +109,10 @@ async fn client(url: &str) -> Option<MembershipClient<tonic::transport::Channel>
     Some(MembershipClient::new(channel))
 }
 
-/// Refuses to start when a running member of this cluster says this ID has
-/// already run in it (it would vote and acknowledge again with an empty
-/// log) or was removed.
-async fn probe(config: &ClusterConfig, id: u64) -> Result<(), String> {
+/// What the other members `--initial-cluster` names say about this
+/// member and their cluster, by peer URL (those of the same token only;
+/// members that do not answer are left out).
+async fn probe(config: &ClusterConfig, id: u64) -> Vec<(String, ProbeResponse)> {
     let asks = others(config).into_iter().map(|url| async move {
         let mut c = client(&url).await?;
         let req = ProbeRequest {
@@ -100,45 +125,105 @@ async fn probe(config: &ClusterConfig, id: u64) -> Result<(), String> {
         let r = c.probe(req).await.ok()?.into_inner();
         Some((url, r))
     });
-    let answers: Vec<(String, ProbeResponse)> = futures::future::join_all(asks)
+    futures::future::join_all(asks)
         .await
         .into_iter()
         .flatten()
         .filter(|(_, r)| r.token == config.token)
-        .collect();
+        .collect()
+}
+
+/// How a member started with `--initial-cluster-state new` starts, after
+/// probing the others.
+enum Start {
+    /// As a member of the initial cluster (a first start).
+    New,
+    /// It ran as `old` and restarted without state: rejoin under a new ID
+    /// (`rejoin.rs`); `refusal` says the etcd way if that fails.
+    Rejoin { old: u64, refusal: String },
+    /// Its peer URLs belong to a member added but not started yet (by
+    /// MemberAdd, or an earlier rejoin it did not finish): start as it.
+    Join,
+}
+
+/// Decides how this member starts from what the others say, or refuses:
+/// when this ID was removed, or when it has already run (it would vote
+/// and acknowledge again with an empty log) while no answering member has
+/// a leader (a majority may have lost its state).
+fn check_restart(
+    config: &ClusterConfig,
+    id: u64,
+    answers: &[(String, ProbeResponse)],
+) -> Result<Start, String> {
     let hex = format!("{id:x}");
-    if let Some((url, _)) = answers.iter().find(|(_, r)| r.asker_removed) {
-        return Err(format!(
-            "member {hex} was removed from the cluster (as the member at {url} says): a \
-             removed ID never joins again. Add this member anew with MemberAdd and start it \
-             with --initial-cluster-state existing"
-        ));
-    }
-    let Some((url, said)) = answers.iter().find(|(_, r)| r.asker_started) else {
-        return Ok(());
+    // When a member answering has a leader, the working cluster's members
+    // speak for it (an old member cut off from it, or left over after
+    // --force-new-cluster, may be out of date).
+    let leader = answers.iter().map(|(_, r)| r.leader).find(|l| *l != 0);
+    let answers: Vec<(String, ProbeResponse)> = answers
+        .iter()
+        .filter(|(_, r)| leader.is_none_or(|l| r.leader == l))
+        .cloned()
+        .collect();
+    // The member that holds this member's peer URLs now: its
+    // --initial-cluster ID, or one MemberAdd or an earlier rejoin gave.
+    let by_urls = answers.iter().find(|(_, r)| r.urls_member != 0);
+    let ran = match by_urls {
+        Some((url, r)) if r.urls_member_started => Some((url, r.urls_member)),
+        Some((_, r)) if r.urls_member != id => return Ok(Start::Join),
+        _ => {
+            if let Some((url, _)) = answers.iter().find(|(_, r)| r.asker_removed) {
+                return Err(format!(
+                    "member {hex} was removed from the cluster (as the member at {url} \
+                     says): a removed ID never joins again. Add this member anew with \
+                     MemberAdd and start it with --initial-cluster-state existing"
+                ));
+            }
+            answers
+                .iter()
+                .find(|(_, r)| r.asker_started)
+                .map(|(url, _)| (url, id))
+        }
     };
-    if answers.iter().any(|(_, r)| r.leader != 0) {
-        return Err(format!(
-            "member {hex} ({}) has already run in the cluster with token {:?} (as the member \
-             at {url} says), and this process starts without its raft state: it must not \
-             vote or acknowledge under its old ID. Rejoin the etcd way: `etcdctl member \
-             remove {hex}`, `etcdctl member add {} --peer-urls={}`, then start this member \
-             with --initial-cluster-state existing",
-            config.name,
-            config.token,
-            config.name,
-            config.advertise_peer_urls.join(","),
-        ));
+    if let (Some((url, old)), true) = (ran, leader.is_some()) {
+        let refusal = etcd_way(config, old, url);
+        return Ok(Start::Rejoin { old, refusal });
     }
+    let Some((url, old)) = ran else {
+        return Ok(Start::New);
+    };
     Err(format!(
-        "member {hex} ({}) has already run in the cluster with token {:?} (as the member at \
-         {url} says, whose last committed index is {}), and the members that answer have no \
-         leader: a majority may have lost its state. Forming the cluster anew could lose \
-         acknowledged writes that only the surviving members hold; ephd refuses \
-         (--force-new-cluster, which would start over from a surviving member, is not \
-         built yet)",
-        config.name, config.token, said.committed,
+        "member {old:x} ({}) has already run in the cluster with token {:?} (as the member at \
+         {url} says) and this process starts without its raft state, while no member that \
+         answers has a leader: a majority of the cluster may have lost its state. Forming \
+         the cluster again could lose acknowledged writes that only the running members \
+         hold ({}), so ephd refuses to start. If those members cannot elect a leader again, \
+         start ONE member with --force-new-cluster: it becomes a new one-member cluster \
+         (same cluster ID and member ID, every other member removed) that starts empty, \
+         since this process holds no data: every write of the old cluster is lost, those \
+         members' included. Then stop the old cluster's members that still run, and add \
+         each back (`etcdctl member add`, then start it with --initial-cluster-state \
+         existing)",
+        config.name,
+        config.token,
+        super::force::holdings(&answers),
     ))
+}
+
+/// Why a member that ran as `old` must not start under it, and the etcd
+/// way to rejoin (said when the automatic rejoin fails).
+fn etcd_way(config: &ClusterConfig, old: u64, url: &str) -> String {
+    format!(
+        "member {old:x} ({}) has already run in the cluster with token {:?} (as the member at \
+         {url} says), and this process starts without its raft state: it must not vote or \
+         acknowledge under its old ID. Rejoin the etcd way: `etcdctl member remove {old:x}`, \
+         `etcdctl member add {} --peer-urls={}`, then start this member with \
+         --initial-cluster-state existing",
+        config.name,
+        config.token,
+        config.name,
+        config.advertise_peer_urls.join(","),
+    )
 }
 
 /// Asks the running members (those `--initial-cluster` names) what this
@@ -173,6 +258,7 @@ async fn join(config: &ClusterConfig, client_urls: Vec<String>) -> Result<Boot, 
                         current: Membership::from_state(r.current.unwrap_or_default()),
                         name: config.name.clone(),
                         client_urls,
+                        promote: false,
                     });
                 }
                 // A clear refusal (a member removed since, and still
@@ -234,23 +320,32 @@ fn error_of(s: &Status) -> Error {
 /// The peer service answering starting members and forwarded promotions.
 pub struct MembershipService {
     node: Arc<Node>,
+    store: Arc<Store>,
 }
 
-/// The peer service for `node`, to serve on the peer listener.
-pub fn membership_service(node: &Arc<Node>) -> MembershipServer<MembershipService> {
-    MembershipServer::new(MembershipService { node: node.clone() })
+/// The peer service for `node` (whose store is `store`), to serve on the
+/// peer listener.
+pub fn membership_service(
+    node: &Arc<Node>,
+    store: &Arc<Store>,
+) -> MembershipServer<MembershipService> {
+    MembershipServer::new(MembershipService {
+        node: node.clone(),
+        store: store.clone(),
+    })
 }
 
 impl MembershipService {
     /// Whether member `id` has run in this cluster as a voter: it
-    /// published itself, or (on the leader) the leader has replicated
-    /// entries to it. A learner may start again without its state: it never votes and
+    /// published itself, its raft messages reached this member
+    /// (`seen.rs`), or (on the leader) the leader has replicated entries to
+    /// it. A learner may start again without its state: it never votes and
     /// its log never counts for a commit.
     async fn has_run(&self, id: u64, m: &Membership) -> bool {
         if m.get(id).is_some_and(|x| x.is_learner) {
             return false;
         }
-        if m.get(id).is_some_and(MemberInfo::has_published) {
+        if m.get(id).is_some_and(MemberInfo::has_published) || self.node.seen.contains(id) {
             return true;
         }
         let progress: Option<Progress> = self.node.progress().await.ok().flatten();
@@ -276,6 +371,11 @@ impl MembershipRpc for MembershipService {
         let m = self.node.membership();
         let status = self.node.status();
         let same = req.token == self.node.members().token;
+        let urls_member = m
+            .by_peer_urls(&req.peer_urls)
+            .filter(|_| same)
+            .map_or(0, |x| x.id);
+        let urls_member_started = urls_member != 0 && self.has_run(urls_member, &m).await;
         Ok(Response::new(ProbeResponse {
             token: self.node.members().token.clone(),
             cluster_id: self.node.cluster_id(),
@@ -284,6 +384,10 @@ impl MembershipRpc for MembershipService {
             committed: status.committed(),
             asker_started: same && self.has_run(req.member_id, &m).await,
             asker_removed: same && m.is_removed(req.member_id),
+            term: status.term(),
+            revision: self.store.current_revision(),
+            urls_member,
+            urls_member_started,
         }))
     }
 
@@ -314,6 +418,14 @@ impl MembershipRpc for MembershipService {
         }))
     }
 
+    async fn rejoin(&self, req: Request<RejoinRequest>) -> Result<Response<JoinResponse>, Status> {
+        let req = req.into_inner();
+        self.check_token(&req.token)?;
+        super::rejoin::serve(&self.node, req)
+            .await
+            .map(Response::new)
+    }
+
     async fn promote(
         &self,
         req: Request<PromoteRequest>,
@@ -336,3 +448,7 @@ impl MembershipRpc for MembershipService {
         }))
     }
 }
+
+#[cfg(test)]
+#[path = "join_tests.rs"]
+mod tests;

@@ -20,7 +20,8 @@
 //!   as etcd's interceptors do, before the `hasleader` check.
 
 use super::input::Input;
-use super::node::{Node, RaftStatus};
+use super::node::Node;
+use super::status::RaftStatus;
 use crate::error::Error;
 use futures::future::{Either, Ready};
 use std::sync::Arc;

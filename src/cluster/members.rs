@@ -34,6 +34,9 @@ pub struct Boot {
     pub name: String,
     /// Its advertised client URLs, published likewise.
     pub client_urls: Vec<String>,
+    /// It rejoined as a learner after a restart without state
+    /// (`rejoin.rs`): it promotes itself once caught up.
+    pub promote: bool,
 }
 
 /// Membership's shared state, held by the node and its two threads.

@@ -18,17 +18,24 @@
 //!   change entries; `reconfig.rs`: the Cluster API's changes and their
 //!   checks; `join.rs`: how a member starts (new or joining) and the peer
 //!   service that answers starting members; `removal.rs`: a removed
-//!   member stops.
+//!   member stops; `rejoin.rs`: a member restarted without state rejoins
+//!   under a new ID; `force.rs`: `--force-new-cluster`.
 //! * `logger.rs`: raft's log lines into `tracing`.
 //! * `leadership.rs`: MoveLeader, the hand-over on SIGTERM, `hasleader`;
 //!   `learner.rs`: what a learner refuses to serve.
 //! * `lease_forward.rs`: keep-alives answered by the leader, term-checked
 //!   revokes, lease checkpoints.
+//! * `initial_gate.rs`: writes held back until a new cluster's initial
+//!   revision is applied.
 
 mod auth_change;
 mod authorized;
 mod catchup;
 pub mod entry;
+mod force;
+mod initial_gate;
+#[cfg(test)]
+mod initial_gate_tests;
 mod input;
 mod join;
 pub mod leadership;
@@ -41,8 +48,11 @@ pub mod membership;
 mod node;
 mod peers;
 mod reconfig;
+mod rejoin;
 mod removal;
 mod sections;
+mod seen;
+mod status;
 mod timeouts;
 mod transport;
 mod waiters;
@@ -52,9 +62,10 @@ pub use input::Progress;
 pub use join::{bootstrap, membership_service, MembershipService};
 pub use members::Boot;
 pub use membership::{MemberInfo, Membership};
-pub use node::{Node, RaftStatus};
+pub use node::Node;
 pub use peers::MAX_BATCH_BYTES;
 pub use reconfig::{check_urls, start_node};
+pub use status::RaftStatus;
 pub use transport::PeerService;
 
 use crate::auth::{AuthInfo, AuthOp};

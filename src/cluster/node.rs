@@ -11,13 +11,15 @@
 //!   the result of each entry this member proposed to the request waiting
 //!   for it.
 
-use super::catchup::{self, CatchUp, LogCounters, LogStore, Work};
+use super::catchup::{self, CatchUp, LogStore, Work};
 use super::entry;
+use super::initial_gate::InitialGate;
 use super::input::Input;
 use super::logger;
 use super::members::{self, Boot, Members};
 use super::peers::Peers;
 use super::sections;
+use super::status::RaftStatus;
 use super::timeouts;
 use super::waiters::Waiters;
 use crate::config::ClusterConfig;
@@ -29,7 +31,7 @@ use parking_lot::Mutex;
 use raft::prelude::EntryType;
 use raft::storage::MemStorage;
 use raft::{RawNode, ReadOnlyOption, StateRole};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -45,53 +47,6 @@ const INPUTS_PER_ROUND: usize = 1024;
 const MAX_MSG_BYTES: u64 = 1024 * 1024;
 /// Append messages in flight to one peer.
 const MAX_INFLIGHT: usize = 256;
-
-/// The Raft state other threads may read (for Status, the expiry task and
-/// tests), published by the Raft and apply threads.
-#[derive(Debug, Default)]
-pub struct RaftStatus {
-    leader: AtomicU64,
-    term: AtomicU64,
-    committed: AtomicU64,
-    applied: AtomicU64,
-    is_leader: AtomicBool,
-    /// When this member last became leader (etcd's `leadElectedTime`), for
-    /// telling why a proposal timed out.
-    leader_elected: parking_lot::Mutex<Option<std::time::Instant>>,
-    log: Arc<LogCounters>,
-}
-
-impl RaftStatus {
-    /// The leader this member knows of, if any.
-    pub fn leader(&self) -> Option<u64> {
-        Some(self.leader.load(Ordering::Relaxed)).filter(|l| *l != 0)
-    }
-
-    /// Whether this member is the leader.
-    pub fn is_leader(&self) -> bool {
-        self.is_leader.load(Ordering::Relaxed)
-    }
-
-    /// The current term.
-    pub fn term(&self) -> u64 {
-        self.term.load(Ordering::Relaxed)
-    }
-
-    /// The highest log index known committed.
-    pub fn committed(&self) -> u64 {
-        self.committed.load(Ordering::Relaxed)
-    }
-
-    /// The highest log index applied to the store.
-    pub fn applied(&self) -> u64 {
-        self.applied.load(Ordering::Relaxed)
-    }
-
-    /// The in-memory log's bounds and snapshot counters.
-    pub fn log(&self) -> &LogCounters {
-        &self.log
-    }
-}
 
 /// A running Raft member: what proposes and what reports Raft's state.
 pub struct Node {
@@ -112,6 +67,10 @@ pub struct Node {
     pub(super) leases: super::lease_state::LeaseForward,
     /// Membership: applied state, waiting changes, peer health.
     members: Arc<Members>,
+    /// Writes wait here for the initial revision (`initial_gate.rs`).
+    pub(super) gate: Arc<InitialGate>,
+    /// Members whose raft messages reached this one (`seen.rs`).
+    pub(super) seen: super::seen::Seen,
 }
 
 impl Node {
@@ -119,11 +78,12 @@ impl Node {
     /// the other members (tasks on the current tokio runtime). Every member
     /// starts with the configuration the cluster's log starts from (the
     /// initial cluster) and an empty log; a joining member replays the log
-    /// from there.
+    /// from there. `hold_writes`: see `initial_gate.rs`.
     pub fn start(
         config: &ClusterConfig,
         store: Arc<Store>,
         boot: Boot,
+        hold_writes: bool,
     ) -> std::result::Result<Arc<Node>, String> {
         let id = boot.id;
         let storage = LogStore::new(MemStorage::new_with_conf_state(boot.initial.conf_state()));
@@ -178,6 +138,7 @@ impl Node {
             .spawn(move || raft_loop.run())
             .map_err(|e| format!("cannot start the raft thread: {e}"))?;
         let leases = super::lease_state::LeaseForward::new(id, members.clone(), store.clone());
+        let gate = Arc::new(InitialGate::new(hold_writes));
         let applier = Applier {
             id,
             store,
@@ -187,6 +148,7 @@ impl Node {
             inbox: inbox.clone(),
             term: 0,
             members: members.clone(),
+            gate: gate.clone(),
         };
         let apply_thread = std::thread::Builder::new()
             .name("ephd-apply".into())
@@ -216,6 +178,8 @@ impl Node {
             threads: Mutex::new(vec![raft_thread, apply_thread]),
             leases,
             members,
+            gate,
+            seen: Default::default(),
         });
         Ok(node)
     }
@@ -250,7 +214,8 @@ impl Node {
     /// the request timeout fails with `etcdserver: request timed out` (with
     /// etcd's "possibly due to previous leader failure" or "connection
     /// lost" when that is why, see `timeouts.rs`) and is never proposed
-    /// again (it may still commit later).
+    /// again (it may still commit later). Writes first wait for the
+    /// initial revision (`initial_gate.rs`) within that timeout.
     pub async fn propose(&self, entry: Entry) -> Result<Applied> {
         self.propose_in_term(entry, 0).await
     }
@@ -263,12 +228,14 @@ impl Node {
         if self.status.leader().is_none() {
             return Err(Error::NoLeader);
         }
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        self.gate.pass(&entry, deadline).await?;
         let proposal = self.next_number.fetch_add(1, Ordering::Relaxed);
         let data = entry::encode(self.id, proposal, term, entry);
         let (rx, _pending) = self.waiters.wait(proposal);
         let proposed = std::time::Instant::now();
         self.send(Input::Propose { proposal, data })?;
-        match tokio::time::timeout(self.timeout, rx).await {
+        match tokio::time::timeout_at(deadline, rx).await {
             Ok(Ok(result)) => result,
             Ok(Err(_)) => Err(Error::Stopped),
             Err(_) => Err(self.timeout_reason(proposed)),
@@ -520,6 +487,7 @@ struct Applier {
     /// The term of the last applied entry.
     term: u64,
     members: Arc<Members>,
+    gate: Arc<InitialGate>,
 }
 
 impl Applier {
@@ -531,6 +499,7 @@ impl Applier {
                     let (index, sections) =
                         catchup::install(&self.store, &snap, self.status.log(), sections::decode);
                     sections::install(sections, &self.store, &self.members, self.id, &self.inbox);
+                    self.gate.installed(&self.store);
                     self.term = snap.get_metadata().term;
                     self.status.applied.store(index, Ordering::Relaxed);
                     self.applied.send_replace(index);
@@ -577,6 +546,7 @@ impl Applier {
                 } else {
                     self.store.apply_replicated(p.entry)
                 };
+                self.gate.applied(&result);
                 if p.proposer == self.id {
                     self.waiters.finish(p.proposal, result);
                 }

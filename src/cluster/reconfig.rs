@@ -78,7 +78,7 @@ impl Node {
     /// Whether this member has heard from every other voter without
     /// interruption for [`HEALTH_INTERVAL`] (etcd's
     /// `isConnectedFullySince`).
-    fn connected_fully(&self, m: &Membership) -> bool {
+    pub(super) fn connected_fully(&self, m: &Membership) -> bool {
         self.connected_voters(m) == m.voters().count()
     }
 
@@ -235,22 +235,29 @@ pub fn check_urls(urls: &[String]) -> Result<()> {
     Ok(())
 }
 
-/// Once this member has a leader, publishes its name and client URLs
-/// through the log (etcd's `publish`), retrying until the applied
-/// membership shows them, so every member lists them.
-/// Starts this member's Raft node ([`Node::start`]) and has it publish its
-/// name and client URLs through the log once it has a leader.
+/// Starts this member's Raft node ([`Node::start`]; `hold_writes` with
+/// revision continuity) and has it publish its name and client URLs
+/// through the log once it has a leader (and, after a rejoin, promote
+/// itself once caught up).
 pub fn start_node(
     config: &ClusterConfig,
     store: Arc<crate::mvcc::Store>,
     boot: Boot,
+    hold_writes: bool,
 ) -> std::result::Result<Arc<Node>, String> {
     let (name, client_urls) = (boot.name.clone(), boot.client_urls.clone());
-    let node = Node::start(config, store, boot)?;
+    let promote = boot.promote;
+    let node = Node::start(config, store, boot, hold_writes)?;
     publish(&node, name, client_urls);
+    if promote {
+        super::rejoin::promote_when_caught_up(&node);
+    }
     Ok(node)
 }
 
+/// Once this member has a leader, publishes its name and client URLs
+/// through the log (etcd's `publish`), retrying until the applied
+/// membership shows them, so every member lists them.
 pub(super) fn publish(node: &Arc<Node>, name: String, client_urls: Vec<String>) {
     let weak: Weak<Node> = Arc::downgrade(node);
     let id = node.id();

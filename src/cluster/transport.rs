@@ -47,9 +47,15 @@ impl RaftTransport for PeerService {
                 // Meant for another member (a misconfigured peer URL).
                 continue;
             }
-            if sender.is_err() && !removal::taken_from_removed(&m) {
+            // A removed member (or one of a cluster forced anew) never takes
+            // part again: its votes and appends are dropped, as etcd
+            // rejects its streams; only a removed leader's hand-over is taken.
+            let removed =
+                sender.is_err() || self.node.members().current.read().is_removed(m.get_from());
+            if removed && !removal::taken_from_removed(&m) {
                 continue;
             }
+            self.node.seen.record(&m);
             // Full: dropped, Raft retries.
             let _ = self.inbox.try_send(Input::Step(Box::new(m)));
         }

@@ -71,6 +71,10 @@ pub struct ClusterConfig {
     /// Peer TLS (`--peer-cert-file` and friends), when the peer URLs are
     /// `https://`.
     pub peer_tls: Option<PeerTls>,
+    /// `--force-new-cluster`: start as a one-member cluster (the same
+    /// member and cluster IDs, every other member removed) even when the
+    /// other members say a cluster ran before (`cluster/force.rs`).
+    pub force_new_cluster: bool,
 }
 
 /// The files of peer TLS. One certificate serves both ways, as etcd's
@@ -288,13 +292,17 @@ pub(super) fn build(
             ))
         }
     };
-    if let Some(v) = flags.force_new_cluster {
-        if super::parse_bool(v) == Ok(true) {
-            return Err(
-                "--force-new-cluster is refused: ephd's cluster mode does not have it yet"
-                    .to_string(),
-            );
-        }
+    let force_new_cluster = match flags.force_new_cluster.map(str::trim) {
+        None | Some("") => false,
+        Some(v) => super::parse_bool(v)
+            .map_err(|_| format!("--force-new-cluster {v:?} is not true or false"))?,
+    };
+    if force_new_cluster && existing {
+        return Err(
+            "--force-new-cluster starts a new one-member cluster: it cannot be combined \
+             with --initial-cluster-state existing"
+                .to_string(),
+        );
     }
     let token = flags.token.unwrap_or(DEFAULT_TOKEN).to_string();
     let listen_peer_urls = urls(flags.listen_peer_urls);
@@ -387,6 +395,7 @@ pub(super) fn build(
         snapshot_count,
         catchup_entries,
         existing,
+        force_new_cluster,
     })
 }
 
@@ -516,6 +525,27 @@ mod tests {
             ..flags("http://10.0.0.1:2380")
         };
         assert!(build("a", m(), &odd).unwrap_err().contains("valid values"));
+        let force = |v: &'static str, state: &'static str| Flags {
+            force_new_cluster: Some(v),
+            initial_cluster_state: Some(state),
+            ..flags("http://10.0.0.1:2380")
+        };
+        assert!(
+            build("a", m(), &force("true", "new"))
+                .unwrap()
+                .force_new_cluster
+        );
+        assert!(
+            !build("a", m(), &force("false", "new"))
+                .unwrap()
+                .force_new_cluster
+        );
+        assert!(build("a", m(), &force("yes", "new"))
+            .unwrap_err()
+            .contains("not true or false"));
+        assert!(build("a", m(), &force("true", "existing"))
+            .unwrap_err()
+            .contains("cannot be combined"));
         let tls = Flags {
             listen_peer_urls: Some("https://0.0.0.0:2380"),
             ..flags("http://10.0.0.1:2380")

@@ -153,7 +153,10 @@ pub(super) const COMPAT: &[Compat] = &[
     c(
         "force-new-cluster",
         Kind::Bool,
-        Effect::Ignored("ephd is always a one-member cluster"),
+        Effect::Ignored(
+            "a single member is a one-member cluster already, which is what the flag makes of \
+             etcd's data (with --data-dir ephd keeps its snapshots as etcd keeps its data)",
+        ),
     ),
     c(
         "discovery",

@@ -8,8 +8,8 @@
 //! never see revisions go backwards. Every member applies it at the same
 //! log position; it also creates `compact_rev_key`.
 //!
-//! Writes that commit before it keep their keys, but their revisions then
-//! read as compacted (clients normally connect after the cluster formed).
+//! Client writes wait until this member has applied it
+//! (`cluster/initial_gate.rs`), so none is acknowledged below it.
 
 use super::revisions::REVISIONS_PER_MS;
 use crate::api::Shared;

@@ -254,7 +254,8 @@ impl Server {
         let (peer_listeners, proposer) = match (&config.cluster, member) {
             (Some(c), Some(boot)) => {
                 let peers = bind_all(&c.listen_peer_urls).await?;
-                let node = crate::cluster::start_node(c, store.clone(), boot)?;
+                let hold = config.revision_continuity;
+                let node = crate::cluster::start_node(c, store.clone(), boot, hold)?;
                 (peers, Proposer::Replicated(node))
             }
             _ => (Vec::new(), Proposer::Local),
@@ -376,7 +377,7 @@ impl Server {
                 let mut stop = stop_rx.clone();
                 let router = tonic::transport::Server::builder()
                     .add_service(service)
-                    .add_service(crate::cluster::membership_service(node));
+                    .add_service(crate::cluster::membership_service(node, &store));
                 let shutdown = async move { crate::api::stopped(&mut stop).await };
                 let incoming = accept::incoming(listener);
                 peer_servers.push(match (&peer_live, tls) {

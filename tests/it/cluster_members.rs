@@ -4,9 +4,10 @@
 //! member stops being part of the cluster, which keeps writing; MemberUpdate
 //! changes peer URLs; the errors are stock etcd 3.4's, side by side with a
 //! three-member stock etcd (`cluster_members/errors.rs`); and a member
-//! restarted without its state never comes back under its old ID: it is
-//! refused, and rejoins under a new ID the etcd way, with every
-//! acknowledged write kept through repeated restarts and leader kills.
+//! restarted without its state never comes back under its old ID: it
+//! rejoins by itself under a new ID (removed, added as a learner,
+//! promoted), with every acknowledged write kept through repeated restarts
+//! and leader kills.
 
 #[path = "cluster_members/errors.rs"]
 mod errors;
@@ -296,9 +297,9 @@ fn rounds() -> usize {
         .unwrap_or(3)
 }
 
-/// Replaces member `i`, which was killed and lost its state, the etcd way:
-/// starting it again is refused; its old ID is removed, it is added as a
-/// learner under a new ID, started with `existing`, caught up and promoted.
+/// Restarts member `i`, which was killed and lost its state, with its
+/// flags unchanged: it rejoins by itself under a new ID (its old ID
+/// removed, added as a learner, caught up and promoted).
 async fn replace(
     cluster: &mut EphdCluster,
     i: usize,
@@ -307,35 +308,30 @@ async fn replace(
     key: &str,
     rev: i64,
 ) {
-    let refused = cluster
-        .start_member(&format!("m{i}"), "new", Some(i))
-        .expect_err("a member without its state must not start under its old ID");
-    // Its --initial-cluster ID was removed already when it was replaced
-    // in an earlier round.
-    assert!(
-        (refused.contains("has already run in the cluster") && refused.contains("member remove"))
-            || refused.contains("was removed from the cluster"),
-        "{refused}"
-    );
-    let c = cluster.member(via).unwrap().cluster().await;
-    remove(&c, old_id).await.expect("remove the old ID");
-    let url = format!("http://127.0.0.1:{}", cluster.peer_port(i));
-    let fresh = add(&c, &url, true).await.expect("add as a learner");
-    assert_ne!(fresh.id, old_id);
+    // Restarted in place with its flags unchanged (`new`): it must not
+    // come back under its old ID, and rejoins by itself under a new one
+    // (the old ID removed, added as a learner, promoted once caught up).
     cluster
-        .start_member(&format!("m{i}"), "existing", Some(i))
-        .unwrap_or_else(|e| panic!("m{i} did not rejoin: {e}"));
+        .start_member(&format!("m{i}"), "new", Some(i))
+        .unwrap_or_else(|e| panic!("m{i} did not rejoin by itself: {e}"));
     caught_up(cluster.member(i).unwrap(), key, rev).await;
-    promote(&c, fresh.id).await;
-    // Started (published its name) before the next change counts it, as
-    // etcd counts started members.
+    let url = format!("http://127.0.0.1:{}", cluster.peer_port(i));
+    // Promoted and published (started, as etcd counts members) before the
+    // next change counts it.
     let deadline = Instant::now() + SETTLE;
-    while !members(cluster.member(via).unwrap())
-        .await
-        .iter()
-        .any(|m| m.id == fresh.id && !m.name.is_empty() && !m.is_learner)
-    {
-        assert!(Instant::now() < deadline, "m{i} never published itself");
+    loop {
+        let list = members(cluster.member(via).unwrap()).await;
+        let fresh = list.iter().find(|m| m.peer_ur_ls == [url.clone()]);
+        if let Some(fresh) = fresh.filter(|m| !m.name.is_empty() && !m.is_learner) {
+            assert_ne!(fresh.id, old_id, "m{i} came back under its old ID");
+            assert!(list.iter().all(|m| m.id != old_id), "{list:?}");
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "m{i} never became a voter again: {list:?}\n{}",
+            cluster.logs()
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }

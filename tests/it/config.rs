@@ -487,8 +487,10 @@ fn a_cluster_configuration_is_checked_as_etcd_checks_it() {
             "--initial-cluster=infra0=http://10.0.1.10:2380,infra1=http://10.0.1.11:2380",
             "--initial-advertise-peer-urls=http://10.0.1.10:2380",
             "--force-new-cluster=true",
+            "--initial-cluster-state=existing",
         ],
-        "--force-new-cluster is refused: ephd's cluster mode does not have it yet",
+        "--force-new-cluster starts a new one-member cluster: it cannot be combined with \
+         --initial-cluster-state existing",
     );
     assert_refused(
         &["--discovery=https://discovery.etcd.io/3e86b59982e49066c5d813af1c2e2579cbf573de"],

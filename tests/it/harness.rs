@@ -406,6 +406,20 @@ impl EphdCluster {
     /// [`EphdCluster::start`] with peer URLs of `scheme` (`https` needs the
     /// peer TLS flags in `extra_args`).
     pub fn start_with_peer_scheme(n: usize, extra_args: &[&str], scheme: &str) -> EphdCluster {
+        let mut cluster = EphdCluster::spawn(n, extra_args, scheme);
+        for m in cluster.members.iter_mut().flatten() {
+            let endpoint = m.endpoint();
+            if let Err(e) = m.process.wait_ready(&endpoint) {
+                panic!("{e}\n{}", m.process.logs());
+            }
+        }
+        cluster
+    }
+
+    /// [`EphdCluster::start_with_peer_scheme`] without waiting for
+    /// anything: the processes are started, nothing more (tests of what a
+    /// cluster answers from its first instant).
+    pub fn spawn(n: usize, extra_args: &[&str], scheme: &str) -> EphdCluster {
         let ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
         let metrics: Vec<u16> = (0..n).map(|_| free_port()).collect();
         let initial = ports
@@ -436,12 +450,6 @@ impl EphdCluster {
                 metrics_port: metrics[i],
                 process: ServerProcess::spawn("ephd cluster member", cmd),
             });
-        }
-        for m in &mut members {
-            let endpoint = m.endpoint();
-            if let Err(e) = m.process.wait_ready(&endpoint) {
-                panic!("{e}\n{}", m.process.logs());
-            }
         }
         EphdCluster {
             members: members.into_iter().map(Some).collect(),

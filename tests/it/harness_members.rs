@@ -70,6 +70,18 @@ impl EphdCluster {
         state: &str,
         i: Option<usize>,
     ) -> Result<usize, String> {
+        self.start_member_with(name, state, i, &[])
+    }
+
+    /// [`EphdCluster::start_member`] with `more` arguments for this start
+    /// only (`--force-new-cluster`).
+    pub fn start_member_with(
+        &mut self,
+        name: &str,
+        state: &str,
+        i: Option<usize>,
+        more: &[&str],
+    ) -> Result<usize, String> {
         let peer = match i {
             Some(i) => {
                 assert!(self.members[i].is_none(), "member {i} is still running");
@@ -77,14 +89,14 @@ impl EphdCluster {
             }
             None => free_port(),
         };
-        self.spawn_member(name, state, i, peer)
+        self.spawn_member(name, state, i, peer, more)
     }
 
     /// Starts a new member `name` that MemberAdd added with peer URL
     /// `http://127.0.0.1:{peer}`, with `--initial-cluster-state existing`
     /// (see [`EphdCluster::start_member`]).
     pub fn start_joining(&mut self, name: &str, peer: u16) -> Result<usize, String> {
-        self.spawn_member(name, "existing", None, peer)
+        self.spawn_member(name, "existing", None, peer, &[])
     }
 
     /// Waits up to `limit` for member `i` to exit by itself (a member
@@ -110,6 +122,7 @@ impl EphdCluster {
         state: &str,
         i: Option<usize>,
         peer: u16,
+        more: &[&str],
     ) -> Result<usize, String> {
         let (client, metrics) = (free_port(), free_port());
         if i.is_none() {
@@ -117,7 +130,7 @@ impl EphdCluster {
                 .push(format!("{name}={}://127.0.0.1:{peer}", self.scheme));
         }
         let initial = self.names.join(",");
-        let cmd = member_command(
+        let mut cmd = member_command(
             name,
             (client, peer, metrics),
             &initial,
@@ -126,6 +139,7 @@ impl EphdCluster {
             &self.extra_args,
             &self.scheme,
         );
+        cmd.args(more);
         let mut process = ServerProcess::spawn("ephd cluster member", cmd);
         let endpoint = format!("http://127.0.0.1:{client}");
         if let Err(e) = process.wait_ready(&endpoint) {

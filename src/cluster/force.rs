@@ -1,0 +1,199 @@
+//! `--force-new-cluster`: when a majority of a cluster lost its state (ephd
+//! keeps none on disk, so a restarted process has none) the old cluster
+//! can never elect a leader again, and a member that starts without its
+//! state refuses to form the cluster anew (`join.rs`), since that could
+//! lose acknowledged writes. The operator then starts ONE member with
+//! `--force-new-cluster`, as with etcd.
+//!
+//! What it does, as etcd 3.4 does with its data (checked with a stock
+//! etcd: the cluster ID and the member's ID stay, every other member is
+//! removed, so their old IDs are refused from then on): the member starts
+//! a one-member cluster under its `--initial-cluster` member ID and
+//! cluster ID, with the others recorded as removed. Raft's configuration
+//! is this member alone, so it elects itself at once. Unlike etcd, which
+//! keeps its data directory, an ephd process starts empty: the new cluster
+//! starts with no data (and a fresh initial revision, above every earlier
+//! one), and the writes the old cluster's running members still hold are
+//! not carried over; the startup log says which members held what. The
+//! others then join the etcd way: MemberAdd, and start with
+//! `--initial-cluster-state existing`.
+//!
+//! Refused while a member that answers has a leader: the old cluster (or
+//! an earlier forced one) works, and forcing would split it into two
+//! clusters under one cluster ID.
+
+use super::members::Boot;
+use super::membership::{Change, Membership};
+use crate::config::ClusterConfig;
+use crate::proto::ephd::internal::ProbeResponse;
+
+/// What a member started with `--force-new-cluster` starts with, given
+/// what the other members answered (`answers`, by peer URL), or why it
+/// refuses.
+pub(super) fn boot(
+    config: &ClusterConfig,
+    client_urls: Vec<String>,
+    initial: Membership,
+    answers: &[(String, ProbeResponse)],
+) -> Result<Boot, String> {
+    let id = config.member_id();
+    if let Some((url, r)) = answers.iter().find(|(_, r)| r.leader != 0) {
+        return Err(format!(
+            "--force-new-cluster refused: the member at {url} (member {:x}) has a leader \
+             (member {:x}, term {}): the cluster works, and forcing a new one beside it would \
+             split it into two clusters with the same cluster ID. A member that lost its \
+             state rejoins the etcd way: `etcdctl member remove {id:x}`, `etcdctl member add \
+             {} --peer-urls={}`, then start it with --initial-cluster-state existing (and \
+             without --force-new-cluster)",
+            r.member_id,
+            r.leader,
+            r.term,
+            config.name,
+            config.advertise_peer_urls.join(","),
+        ));
+    }
+    let forced = alone(&initial, id);
+    let removed: Vec<String> = initial
+        .members()
+        .filter(|m| m.id != id)
+        .map(|m| format!("{:x}", m.id))
+        .collect();
+    tracing::warn!(
+        member_id = %format_args!("{id:x}"),
+        cluster_id = %format_args!("{:x}", config.cluster_id()),
+        removed = %removed.join(","),
+        old_members = %holdings(answers),
+        "forcing a new one-member cluster (--force-new-cluster): this member alone, every \
+         other member removed. This process holds no data, so the new cluster starts empty: \
+         every write of the old cluster is lost, including what the old members listed here \
+         still hold. Stop those members, add each back with MemberAdd and start it with \
+         --initial-cluster-state existing; restart this member without --force-new-cluster"
+    );
+    Ok(Boot {
+        id,
+        cluster_id: config.cluster_id(),
+        current: forced.clone(),
+        initial: forced,
+        name: config.name.clone(),
+        client_urls,
+        promote: false,
+    })
+}
+
+/// `initial` with every member but `me` removed (so none of their IDs can
+/// vote or join again).
+fn alone(initial: &Membership, me: u64) -> Membership {
+    let mut m = initial.clone();
+    let others: Vec<u64> = m.members().map(|x| x.id).filter(|x| *x != me).collect();
+    for other in others {
+        // A member of the membership is always removable.
+        let _ = m.apply(&Change::Remove(other));
+    }
+    m
+}
+
+/// What each answering member holds, for messages: `member <id> at <url>:
+/// term T, committed index N, revision R`.
+pub(super) fn holdings(answers: &[(String, ProbeResponse)]) -> String {
+    if answers.is_empty() {
+        return "no other member answers".to_string();
+    }
+    answers
+        .iter()
+        .map(|(url, r)| {
+            format!(
+                "member {:x} at {url}: term {}, committed index {}, revision {}",
+                r.member_id, r.term, r.committed, r.revision
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::membership::MemberInfo;
+    use crate::config::{member_id, Member};
+    use std::time::Duration;
+
+    fn config(name: &str) -> ClusterConfig {
+        let members: Vec<Member> = ["a", "b", "c"]
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                let urls = vec![format!("http://10.0.0.{i}:2380")];
+                Member {
+                    name: n.to_string(),
+                    id: member_id(&urls, "tok"),
+                    peer_urls: urls,
+                }
+            })
+            .collect();
+        let own = members.iter().find(|m| m.name == name).unwrap();
+        ClusterConfig {
+            name: name.into(),
+            token: "tok".into(),
+            listen_peer_urls: own.peer_urls.clone(),
+            advertise_peer_urls: own.peer_urls.clone(),
+            members,
+            heartbeat: Duration::from_millis(100),
+            election: Duration::from_secs(1),
+            existing: false,
+            snapshot_count: 10,
+            catchup_entries: 5,
+            peer_tls: None,
+            force_new_cluster: true,
+        }
+    }
+
+    fn initial(c: &ClusterConfig) -> Membership {
+        Membership::of(c.members.iter().map(|m| MemberInfo {
+            id: m.id,
+            name: m.name.clone(),
+            peer_urls: m.peer_urls.clone(),
+            client_urls: Vec::new(),
+            is_learner: false,
+        }))
+    }
+
+    fn answer(member_id: u64, leader: u64) -> (String, ProbeResponse) {
+        let r = ProbeResponse {
+            token: "tok".into(),
+            member_id,
+            leader,
+            term: 7,
+            committed: 42,
+            revision: 1234,
+            asker_started: true,
+            ..Default::default()
+        };
+        ("http://10.0.0.2:2380".to_string(), r)
+    }
+
+    #[test]
+    fn a_forced_member_is_alone_with_its_ids_and_the_others_removed() {
+        let c = config("a");
+        let (a, b, cc) = (c.members[0].id, c.members[1].id, c.members[2].id);
+        let boot = boot(&c, vec![], initial(&c), &[answer(cc, 0)]).unwrap();
+        assert_eq!((boot.id, boot.cluster_id), (a, c.cluster_id()));
+        let ids: Vec<u64> = boot.initial.members().map(|m| m.id).collect();
+        assert_eq!(ids, [a]);
+        assert!(boot.initial.is_removed(b) && boot.initial.is_removed(cc));
+        assert_eq!(boot.initial.conf_state().get_voters(), [a]);
+        assert_eq!(boot.current, boot.initial);
+    }
+
+    #[test]
+    fn forcing_beside_a_working_cluster_is_refused() {
+        let c = config("a");
+        let (b, cc) = (c.members[1].id, c.members[2].id);
+        let e = boot(&c, vec![], initial(&c), &[answer(cc, 0), answer(b, cc)]).unwrap_err();
+        assert!(
+            e.contains("has a leader") && e.contains("member remove"),
+            "{e}"
+        );
+        assert!(holdings(&[answer(cc, 0)]).contains("committed index 42, revision 1234"));
+        assert_eq!(holdings(&[]), "no other member answers");
+    }
+}
