@@ -95,14 +95,28 @@ pub async fn measure<W: Worker>(
     default_total: u64,
     workers: Vec<W>,
 ) -> Measured {
+    measure_keeping_workers(c, name, default_total, workers)
+        .await
+        .0
+}
+
+/// [`measure`], also handing back the workers, for a workload whose
+/// clients keep what the report needs beyond the [`Recorder`] (failover's
+/// acknowledgement times).
+pub async fn measure_keeping_workers<W: Worker>(
+    c: &Common,
+    name: &'static str,
+    default_total: u64,
+    workers: Vec<W>,
+) -> (Measured, Vec<W>) {
     let clients = workers.len();
     let budget = c.budget(default_total);
     let progress = Progress::for_budget(c.progress_enabled(), name, budget.clone());
     let cpu0 = CpuSample::take(c.server_pid);
-    let (_, rec) = run(&budget, workers).await;
+    let (workers, rec) = run(&budget, workers).await;
     let elapsed = budget.start().elapsed();
     progress.finish();
-    Measured {
+    let m = Measured {
         workload: name,
         rec,
         clients,
@@ -111,7 +125,8 @@ pub async fn measure<W: Worker>(
         truncated: budget.truncated(),
         cpu0,
         server_pid: c.server_pid,
-    }
+    };
+    (m, workers)
 }
 
 /// The keys and values a workload wrote or read, for the report.

@@ -72,7 +72,10 @@ async fn run(cli: &Cli) -> Result<report::Report, String> {
     if r.endpoints.is_empty() {
         r.endpoints = c.endpoints.join(",");
     }
-    r.transport = c.transport.name();
+    // A workload that does not use the KV transport switch says what it uses.
+    if r.transport.is_empty() {
+        r.transport = c.transport.name();
+    }
     r.client_threads = c.threads();
     r.rate = c.rate;
     Ok(r)

@@ -4,6 +4,7 @@
 //! tasks, the report's common fields) is in `crate::driver`.
 
 mod churn;
+mod failover;
 mod fanout;
 mod heartbeat;
 mod put;
@@ -23,6 +24,10 @@ pub enum Workload {
     LeaseHeartbeat(heartbeat::Args),
     /// Event creates with shared leases, with a checking prefix watch.
     EventChurn(churn::Args),
+    /// Writes while a cluster's members die: clients with a short timeout
+    /// that move to the next member on a failure; reports the gaps between
+    /// acknowledged writes (bench/cluster.sh's failover run).
+    Failover(failover::Args),
     /// Full-prefix lists of preloaded objects, optionally paginated.
     Range(range::Args),
     /// Many watchers on one prefix, fed by writers at a fixed or max rate.
@@ -46,6 +51,7 @@ impl Workload {
             Workload::Put(a) => put::run(c, a).await,
             Workload::LeaseHeartbeat(a) => heartbeat::run(c, a).await,
             Workload::EventChurn(a) => churn::run(c, a).await,
+            Workload::Failover(a) => failover::run(c, a).await,
             Workload::Range(a) => range::run(c, a).await,
             Workload::WatchFanout(a) => fanout::run(c, a).await,
             Workload::Storm(a) => storm::run(c, a).await,
