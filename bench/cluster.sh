@@ -23,14 +23,16 @@
 # /dev/shm (removed at the end), every run bounded (RUN_TIMEOUT), the whole script bounded
 # (MAX_TIME), and on exit it stops only the processes it started.
 #
-# Environment: REPEATS (2), CASES ("put txn-put rate failover"), TOTAL (100000), RATE, KILLS (10),
-#   FO_RATE (2000), FO_CLIENTS (50), KILL_WINDOW (5), SETTLE (3), WARMUP (5), RUN_TIMEOUT (300),
-#   MAX_TIME (5400), LOAD_MAX (1.0) and LOAD_WAIT (600): wait up to LOAD_WAIT s, checking every
-#   30 s, for the 1-minute load to drop below LOAD_MAX before starting; BUILD (1): cargo build
-#   --release first; EPHD, EPHD_BENCH (default $CARGO_TARGET_DIR/release/... else target/release/...),
-#   ETCD (/usr/bin/etcd), ETCDCTL (etcdctl), EPHD_ARGS and ETCD_ARGS (extra server flags, unquoted),
-#   FO_EPHD_ARGS (extra ephd flags for the failover runs only), EPHD_LOG_LEVEL (warn), OUT_DIR (bench/results/cluster-<date>), KEEP_LOGS=1,
-#   SUMMARIZE=<dir>: only rewrite <dir>/summary.md from <dir>/runs.jsonl.
+# Environment: REPEATS (2), CASES ("put txn-put rate failover"), SYSTEMS ("etcd ephd"; a subset runs
+#   only those), TOTAL (100000), RATE, KILLS (10), FO_RATE (2000), FO_CLIENTS (50), KILL_WINDOW (5),
+#   SETTLE (3), WARMUP (5), RUN_TIMEOUT (300), MAX_TIME (5400), LOAD_MAX (1.0) and LOAD_WAIT (600):
+#   wait up to LOAD_WAIT s, checking every 30 s, for the 1-minute load to drop below LOAD_MAX before
+#   starting; BUILD (1): cargo build --release first; EPHD, EPHD_BENCH (default
+#   $CARGO_TARGET_DIR/release/... else target/release/...), ETCD (/usr/bin/etcd), ETCDCTL (etcdctl),
+#   EPHD_ARGS and ETCD_ARGS (extra server flags, unquoted), FO_EPHD_ARGS (extra ephd flags for the
+#   failover runs only), EPHD_LOG_LEVEL (warn), OUT_DIR (bench/results/cluster-<date>/<time>),
+#   KEEP_LOGS=1 (keep server logs; the failover ones are copied to raw/), SUMMARIZE=<dir>: only
+#   rewrite <dir>/summary.md from <dir>/runs.jsonl.
 # Output: OUT_DIR/runs.jsonl (a metadata line, then one line per run), OUT_DIR/raw/ (every
 #   benchmark report, the failover load reports and kill times), OUT_DIR/summary.md.
 # Exit: 0 done (failed runs are marked in the table); 1 setup failure.
@@ -48,6 +50,7 @@ if [[ -n ${SUMMARIZE:-} ]]; then
 fi
 
 REPEATS=${REPEATS:-2}
+SYSTEMS=${SYSTEMS:-"etcd ephd"}
 CASES=${CASES:-"put txn-put rate failover"}
 TOTAL=${TOTAL:-100000}
 KILLS=${KILLS:-10}
@@ -67,7 +70,7 @@ EPHD_BENCH=${EPHD_BENCH:-$TGT/release/ephd-bench}
 ETCD=${ETCD:-/usr/bin/etcd}
 export ETCDCTL=${ETCDCTL:-etcdctl}
 GO_BIN=${BENCH_DIR:-$HOME/.cache/etcd-benchmark}/bin/benchmark
-OUT_DIR=${OUT_DIR:-$ROOT/bench/results/cluster-$(date +%Y%m%d)}
+OUT_DIR=${OUT_DIR:-$ROOT/bench/results/cluster-$(date +%Y%m%d)/$(date +%H%M%S)}
 EPHD_LOG_LEVEL=${EPHD_LOG_LEVEL:-warn}
 QUOTA=8589934592
 END_BY=$((SECONDS + MAX_TIME))
@@ -368,7 +371,10 @@ for c in $CASES; do
     put|txn-put)
       for ((r = 1; r <= REPEATS; r++)); do
         if ((r % 2)); then order=(etcd ephd); else order=(ephd etcd); fi
-        for s in "${order[@]}"; do log "$c / $s (repeat $r)"; run_bench "$s" "$c" "$r"; done
+        for s in "${order[@]}"; do
+          [[ " $SYSTEMS " == *" $s "* ]] || continue
+          log "$c / $s (repeat $r)"; run_bench "$s" "$c" "$r"
+        done
       done ;;
     rate)
       rate=${RATE:-$(python3 - "$JSONL" <<'PY'
@@ -381,12 +387,15 @@ PY
       if [[ -z $rate ]]; then log "rate: no ephd put figure to halve (run put first or set RATE)"; continue; fi
       for ((r = 1; r <= REPEATS; r++)); do
         if ((r % 2)); then order=(ephd ephd1 etcd); else order=(etcd ephd1 ephd); fi
-        for s in "${order[@]}"; do log "put at $rate/s / $s (repeat $r)"; run_bench "$s" put "$r" "$rate"; done
+        for s in "${order[@]}"; do
+          [[ " $SYSTEMS " == *" ${s%1} "* ]] || continue
+          log "put at $rate/s / $s (repeat $r)"; run_bench "$s" put "$r" "$rate"
+        done
       done ;;
     failover)
       for ((r = 1; r <= REPEATS; r++)); do
         if ((r % 2)); then order=(etcd ephd); else order=(ephd etcd); fi
-        for s in "${order[@]}"; do run_failover "$s" "$r"; done
+        for s in "${order[@]}"; do [[ " $SYSTEMS " == *" $s "* ]] && run_failover "$s" "$r"; done
       done ;;
     *) log "unknown case $c (skipped)" ;;
   esac

@@ -101,6 +101,14 @@ for case in rate_cases:
     w(f"\nthree-member / single-member ephd p99: **{ratio(p99.get('ephd'), p99.get('ephd1'))}**.\n")
 
 fo = {s: sel("failover", s) for s in ("etcd", "ephd")}
+notes = []
+
+
+def incomplete(d):
+    """A failover run that did not get through its kills."""
+    return d.get("kill_count", 0) < meta.get("kills", 0) or any(k.get("note") != "ok" for k in d.get("kills", []))
+
+
 if any(fo.values()):
     w("## Failover: leader SIGKILLed under load\n")
     w(f"`ephd-bench failover`: {meta.get('fo_clients', '?')} clients, {meta.get('fo_rate', 0):,.0f} puts/s "
@@ -113,9 +121,9 @@ if any(fo.values()):
         if any(a):
             w(f"{NAMES[s]} ran with extra flags: {', '.join(f'`{x}`' if x else 'none' for x in a)}.\n")
     w("| | runs | kills | longest gap ms | median gap ms (all kills) | per run: longest / median | "
-      "new leader after ms (median) | longest gap while restarting ms | restart until whole s (median) | "
-      "write errors (all runs) |")
-    w("|---|---:|---:|---:|---:|---|---:|---:|---:|---:|")
+      "new leader after ms (median) | longest gap while restarting ms | longest gap of the whole run ms | "
+      "restart until whole s (median) | write errors (all runs) |")
+    w("|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|")
     fmed = {}
     for s, rs in fo.items():
         if not rs:
@@ -123,11 +131,20 @@ if any(fo.values()):
         kills = [k for d in rs for k in d.get("kills", [])]
         gaps = [max(k["gap_ms"], d.get("gap_floor_ms", 0)) for d in rs for k in d.get("kills", [])]
         fmed[s] = (max(gaps) if gaps else None, med(gaps))
+        short = [d for d in rs if incomplete(d)]
+        if short:
+            notes.append(f"{NAMES[s]}: {len(short)} of {len(rs)} runs did not complete their {meta.get('kills', '?')} "
+                         f"kills with the cluster whole again (kills done: "
+                         f"{', '.join(str(d.get('kill_count')) for d in short)}; after the last one the cluster was "
+                         "not whole within 60 s of bringing the killed member back: see the run list)")
         per = ", ".join(f"{fmt(d.get('max_gap_ms'))} / {fmt(d.get('median_gap_ms'))}" for d in rs)
         w(f"| {NAMES[s]} | {len(rs)} | {len(kills)} | {fmt(fmed[s][0])} | {fmt(fmed[s][1])} | {per} | "
           f"{fmt(med([k.get('election_ms') for k in kills]))} | {fmt(max((k['recovery_gap_ms'] for k in kills), default=None))} | "
+          f"{fmt(max((d.get('load_max_gap_ms') or 0 for d in rs), default=None))} | "
           f"{fmt(med([k['recovery_s'] for k in kills]), 1)} | {sum(d.get('write_errors') or 0 for d in rs):,} |")
     w("")
+    for n in notes:
+        w(f"**Incomplete**: {n}.\n")
 
 # ---- targets
 w("## Targets (issue 10)\n")
@@ -163,10 +180,18 @@ for case in rate_cases:
           f"{fmt(b, 2)} ms ({ratio(a, b)}) | {verdict(a <= 2 * b)} |")
 if fo.get("ephd"):
     mx, md = fmed["ephd"]
-    w(f"| failover: longest write gap ≤ 3 s | {fmt(mx)} ms | {verdict(mx is not None and mx <= 3000)} |")
+    done = sum(d.get("kill_count", 0) for d in fo["ephd"])
+    planned = meta.get("kills", 0) * len(fo["ephd"])
+    short = any(incomplete(d) for d in fo["ephd"])
+    tail = f" ({done} of {planned} kills done: runs incomplete)" if short else f" ({done} kills)"
+    w(f"| failover: longest write gap after a kill (kill until the member is brought back) ≤ 3 s | {fmt(mx)} ms{tail} | "
+      f"{verdict(False if short else (mx is not None and mx <= 3000))} |")
+    whole_run = max((d.get("load_max_gap_ms") or 0 for d in fo["ephd"]), default=None)
+    w(f"| failover: longest write gap of the whole run (kills and bringing members back) ≤ 3 s | "
+      f"{fmt(whole_run)} ms{tail} | {verdict(False if short else (whole_run is not None and whole_run <= 3000))} |")
     if fo.get("etcd"):
-        w(f"| failover: median gap no worse than etcd's | {fmt(md)} vs {fmt(fmed['etcd'][1])} ms | "
-          f"{verdict(md is not None and fmed['etcd'][1] is not None and md <= fmed['etcd'][1])} |")
+        w(f"| failover: median gap no worse than etcd's | {fmt(md)} vs {fmt(fmed['etcd'][1])} ms{tail} | "
+          f"{verdict(False if short else (md is not None and fmed['etcd'][1] is not None and md <= fmed['etcd'][1]))} |")
 w("")
 
 w("## Every run\n")
@@ -174,7 +199,9 @@ for d in runs:
     if d.get("failed"):
         w(f"- {d.get('case')} / {d.get('system')} r{d.get('repeat')}: FAILED {str(d.get('error', ''))[:200]}")
     elif d.get("case") == "failover":
-        w(f"- failover / {d['system']} r{d['repeat']}: gaps per kill ms {[k['gap_ms'] for k in d['kills']]}, "
+        bad = [f"kill {i + 1}: {k['note']}" for i, k in enumerate(d["kills"]) if k.get("note") != "ok"]
+        w(f"- failover / {d['system']} r{d['repeat']}: {'; '.join(bad) + '; ' if bad else ''}"
+          f"gaps per kill ms {[k['gap_ms'] for k in d['kills']]}, "
           f"new leader after ms {[k.get('election_ms') for k in d['kills']]}, "
           f"while restarting {[k['recovery_gap_ms'] for k in d['kills']]}, restart until whole s "
           f"{[k['recovery_s'] for k in d['kills']]}, acked {d.get('writes_acked')}, errors {d.get('error_kinds')}")
