@@ -81,6 +81,7 @@ pub fn router(shared: Shared) -> Router {
                             raft.leader().is_some(),
                             raft.is_leader(),
                             n.is_learner(),
+                            raft.leader_changes(),
                         );
                     }
                     let mut text = s.metrics.render(&s.store);

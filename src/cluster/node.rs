@@ -465,6 +465,9 @@ impl RaftLoop {
     fn publish(&self) {
         let raft = &self.raw.raft;
         let before = self.status.leader.swap(raft.leader_id, Ordering::Relaxed);
+        if raft.leader_id != 0 && raft.leader_id != before {
+            self.status.leader_changes.fetch_add(1, Ordering::Relaxed);
+        }
         if raft.leader_id == raft.id && before != raft.id {
             *self.status.leader_elected.lock() = Some(std::time::Instant::now());
         }

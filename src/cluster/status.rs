@@ -19,6 +19,9 @@ pub struct RaftStatus {
     /// When this member last became leader (etcd's `leadElectedTime`), for
     /// telling why a proposal timed out.
     pub(super) leader_elected: parking_lot::Mutex<Option<std::time::Instant>>,
+    /// New leaders this member has seen (etcd's
+    /// `etcd_server_leader_changes_seen_total`).
+    pub(super) leader_changes: AtomicU64,
     pub(super) log: Arc<LogCounters>,
 }
 
@@ -46,6 +49,12 @@ impl RaftStatus {
     /// The highest log index applied to the store.
     pub fn applied(&self) -> u64 {
         self.applied.load(Ordering::Relaxed)
+    }
+
+    /// How many times this member has seen a new leader (the first
+    /// election included).
+    pub fn leader_changes(&self) -> u64 {
+        self.leader_changes.load(Ordering::Relaxed)
     }
 
     /// The in-memory log's bounds and snapshot counters.

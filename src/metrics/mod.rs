@@ -56,6 +56,8 @@ pub struct Metrics {
     has_leader: IntGauge,
     /// `etcd_server_is_leader`: 1 on a single member.
     is_leader: IntGauge,
+    /// `etcd_server_leader_changes_seen_total`.
+    leader_changes: IntCounter,
     /// `etcd_server_is_learner`: 0 on a single member.
     is_learner: IntGauge,
     proposals_committed: IntGauge,
@@ -120,12 +122,12 @@ impl Metrics {
         );
         is_learner.set(0);
         // A single member became leader once, when it started.
-        counter(
+        let leader_changes = counter(
             &r,
             "etcd_server_leader_changes_seen_total",
             "The number of leader changes seen.",
-        )
-        .inc();
+        );
+        leader_changes.inc();
         gauge(
             &r,
             "etcd_server_proposals_pending",
@@ -146,6 +148,7 @@ impl Metrics {
             has_leader,
             is_leader,
             is_learner,
+            leader_changes,
             server_version: version,
             grpc,
             proposals_failed: counter(
@@ -254,9 +257,14 @@ impl Metrics {
         self.server_version.with_label_values(&[version]).set(1);
     }
 
-    /// A cluster member's role, set before each scrape (a single member
-    /// keeps the values it starts with: it leads, and is no learner).
-    pub fn set_role(&self, has_leader: bool, is_leader: bool, is_learner: bool) {
+    /// A cluster member's role and the new leaders it has seen, set before
+    /// each scrape (a single member keeps the values it starts with: it
+    /// leads, is no learner, and saw one leader, itself).
+    pub fn set_role(&self, has_leader: bool, is_leader: bool, is_learner: bool, changes: u64) {
+        let seen = self.leader_changes.get();
+        if changes > seen {
+            self.leader_changes.inc_by(changes - seen);
+        }
         self.has_leader.set(i64::from(has_leader));
         self.is_leader.set(i64::from(is_leader));
         self.is_learner.set(i64::from(is_learner));

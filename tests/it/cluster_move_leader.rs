@@ -244,4 +244,14 @@ async fn forced_leader_changes_under_hour_long_leases_neither_reset_nor_shorten_
         granted.elapsed() > bound * 2,
         "long enough that a reset would have shown"
     );
+    // Every member counted each new leader, as etcd's metric does.
+    for (i, m) in cluster.running() {
+        let (_, body) = crate::operations::http_get(m.metrics_port(), "/metrics");
+        let seen: u64 = body
+            .lines()
+            .find_map(|l| l.strip_prefix("etcd_server_leader_changes_seen_total "))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("m{i}: no leader changes metric"));
+        assert!(seen > CHANGES as u64, "m{i}: {seen} leader changes seen");
+    }
 }
