@@ -7,8 +7,6 @@
 use std::path::Path;
 use std::time::Duration;
 
-use etcd_client::Permission;
-
 use crate::auth::{auth_status, client_as, raw_get, raw_token, status_of};
 use crate::cli;
 use crate::harness::{connect_client, Ephd, Server};
@@ -23,15 +21,7 @@ fn arg(p: &Path) -> String {
 /// auth enabled; a key written by u1.
 async fn set_up(endpoint: &str) {
     let mut c = connect_client(endpoint).await;
-    c.user_add("root", "pw", None).await.unwrap();
-    c.user_grant_role("root", "root").await.unwrap();
-    c.user_add("u1", "p", None).await.unwrap();
-    c.role_add("app").await.unwrap();
-    c.role_grant_permission("app", Permission::read_write("/app/").with_prefix())
-        .await
-        .unwrap();
-    c.user_grant_role("u1", "app").await.unwrap();
-    c.auth_enable().await.unwrap();
+    crate::auth::set_up(&mut c).await;
     let mut u1 = client_as(endpoint, "u1", "p").await.unwrap();
     u1.put("/app/k", "v", None).await.unwrap();
 }
