@@ -56,6 +56,8 @@ pub(super) enum Work {
     Install(RaftSnapshot),
     /// Capture the store at the applied index for a snapshot.
     Capture,
+    /// Capture the store at the applied index for `--data-dir` (`saved.rs`).
+    Save(tokio::sync::oneshot::Sender<snapshot::Snapshot>),
 }
 
 /// Counters about the log and snapshots, for `/metrics`.

@@ -24,6 +24,7 @@
 
 use super::members::Boot;
 use super::membership::{Change, Membership};
+use super::saved::Saved;
 use crate::config::ClusterConfig;
 use crate::proto::ephd::internal::ProbeResponse;
 
@@ -35,8 +36,9 @@ pub(super) fn boot(
     client_urls: Vec<String>,
     initial: Membership,
     answers: &[(String, ProbeResponse)],
+    saved: Option<&Saved>,
 ) -> Result<Boot, String> {
-    let id = config.member_id();
+    let mut id = config.member_id();
     if let Some((url, r)) = answers.iter().find(|(_, r)| r.leader != 0) {
         return Err(format!(
             "--force-new-cluster refused: the member at {url} (member {:x}) has a leader \
@@ -52,22 +54,53 @@ pub(super) fn boot(
             config.advertise_peer_urls.join(","),
         ));
     }
+    // Resuming saved state: the membership it holds (IDs may have changed
+    // since --initial-cluster, by rejoins), this member found by its peer
+    // URLs in it.
+    let mut initial = initial;
+    let mut resume = None;
+    if let Some(s) = saved {
+        if let Some(bytes) = &s.snapshot.sections.members {
+            let held = Membership::decode(bytes)
+                .map_err(|e| format!("{}: its member list: {e}", s.path.display()))?;
+            let mine = held
+                .members()
+                .find(|m| m.peer_urls == config.advertise_peer_urls)
+                .map(|m| m.id);
+            if let Some(mine) = mine {
+                id = mine;
+                initial = held;
+            }
+        }
+        resume = Some((s.snapshot.raft_index, s.snapshot.raft_term));
+        tracing::warn!(
+            saved = %s.describe(),
+            "--force-new-cluster resumes from this member's saved state"
+        );
+    }
     let forced = alone(&initial, id);
     let removed: Vec<String> = initial
         .members()
         .filter(|m| m.id != id)
         .map(|m| format!("{:x}", m.id))
         .collect();
+    let lost = if saved.is_some() {
+        "The new cluster holds this member's saved state; writes after it was saved are \
+         lost, and so is what only the old members listed here hold."
+    } else {
+        "This process holds no data, so the new cluster starts empty: every write of the \
+         old cluster is lost, including what the old members listed here still hold."
+    };
     tracing::warn!(
         member_id = %format_args!("{id:x}"),
         cluster_id = %format_args!("{:x}", config.cluster_id()),
         removed = %removed.join(","),
         old_members = %holdings(answers),
+        lost,
         "forcing a new one-member cluster (--force-new-cluster): this member alone, every \
-         other member removed. This process holds no data, so the new cluster starts empty: \
-         every write of the old cluster is lost, including what the old members listed here \
-         still hold. Stop those members, add each back with MemberAdd and start it with \
-         --initial-cluster-state existing; restart this member without --force-new-cluster"
+         other member removed. Stop the old members that still run, add each back with \
+         MemberAdd and start it with --initial-cluster-state existing; restart this member \
+         without --force-new-cluster"
     );
     Ok(Boot {
         id,
@@ -77,13 +110,18 @@ pub(super) fn boot(
         name: config.name.clone(),
         client_urls,
         promote: false,
+        resume,
     })
 }
 
 /// `initial` with every member but `me` removed (so none of their IDs can
-/// vote or join again).
+/// vote or join again), `me` a voter (a saved state may hold it as a
+/// learner that had not been promoted yet).
 fn alone(initial: &Membership, me: u64) -> Membership {
     let mut m = initial.clone();
+    if m.get(me).is_some_and(|x| x.is_learner) {
+        let _ = m.apply(&Change::Promote(me));
+    }
     let others: Vec<u64> = m.members().map(|x| x.id).filter(|x| *x != me).collect();
     for other in others {
         // A member of the membership is always removable.
@@ -175,7 +213,7 @@ mod tests {
     fn a_forced_member_is_alone_with_its_ids_and_the_others_removed() {
         let c = config("a");
         let (a, b, cc) = (c.members[0].id, c.members[1].id, c.members[2].id);
-        let boot = boot(&c, vec![], initial(&c), &[answer(cc, 0)]).unwrap();
+        let boot = boot(&c, vec![], initial(&c), &[answer(cc, 0)], None).unwrap();
         assert_eq!((boot.id, boot.cluster_id), (a, c.cluster_id()));
         let ids: Vec<u64> = boot.initial.members().map(|m| m.id).collect();
         assert_eq!(ids, [a]);
@@ -185,10 +223,51 @@ mod tests {
     }
 
     #[test]
+    fn a_resumed_member_takes_its_id_from_the_saved_members_and_votes() {
+        let c = config("a");
+        let (a, b) = (c.members[0].id, c.members[1].id);
+        // a rejoined under a new ID and was still a learner when saved.
+        let mut held = initial(&c);
+        held.apply(&Change::Remove(a)).unwrap();
+        let mine = MemberInfo {
+            id: 99,
+            name: String::new(),
+            peer_urls: c.advertise_peer_urls.clone(),
+            client_urls: Vec::new(),
+            is_learner: true,
+        };
+        held.apply(&Change::Add(mine)).unwrap();
+        let saved = Saved {
+            snapshot: crate::mvcc::snapshot::Snapshot {
+                raft_index: 40,
+                raft_term: 3,
+                sections: crate::mvcc::snapshot::Sections {
+                    members: Some(held.encode()),
+                    auth: None,
+                },
+                ..Default::default()
+            },
+            path: "/x/ephd-cluster.snap".into(),
+            written_unix: 0,
+        };
+        let boot = boot(&c, vec![], initial(&c), &[], Some(&saved)).unwrap();
+        assert_eq!((boot.id, boot.resume), (99, Some((40, 3))));
+        assert_eq!(boot.initial.conf_state().get_voters(), [99]);
+        assert!(boot.initial.is_removed(a) && boot.initial.is_removed(b));
+    }
+
+    #[test]
     fn forcing_beside_a_working_cluster_is_refused() {
         let c = config("a");
         let (b, cc) = (c.members[1].id, c.members[2].id);
-        let e = boot(&c, vec![], initial(&c), &[answer(cc, 0), answer(b, cc)]).unwrap_err();
+        let e = boot(
+            &c,
+            vec![],
+            initial(&c),
+            &[answer(cc, 0), answer(b, cc)],
+            None,
+        )
+        .unwrap_err();
         assert!(
             e.contains("has a leader") && e.contains("member remove"),
             "{e}"

@@ -54,6 +54,7 @@ fn single(hold_writes: bool) -> (Arc<Node>, Arc<Store>) {
         name: "solo".into(),
         client_urls: Vec::new(),
         promote: false,
+        resume: None,
     };
     let store = Arc::new(Store::new(StoreConfig::default()));
     let node = Node::start(&config, store.clone(), boot, hold_writes).unwrap();

@@ -31,6 +31,9 @@ pub(super) enum Input {
     /// The leader's view of how far each member has replicated (`None` on
     /// a member that is not the leader).
     Progress(oneshot::Sender<Option<Progress>>),
+    /// Capture the applied state for `--data-dir` (`saved.rs`), on the
+    /// apply thread in log order.
+    Save(oneshot::Sender<crate::mvcc::snapshot::Snapshot>),
     /// Stop the thread.
     Stop,
 }

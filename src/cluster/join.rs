@@ -24,6 +24,7 @@ use super::input::Progress;
 use super::members::Boot;
 use super::membership::{MemberInfo, Membership};
 use super::node::Node;
+use super::saved::Saved;
 use crate::config::ClusterConfig;
 use crate::error::Error;
 use crate::mvcc::Store;
@@ -45,7 +46,14 @@ const JOIN_PATIENCE: Duration = Duration::from_secs(20);
 /// What this member starts its Raft node with: found alone from
 /// `--initial-cluster` for a new cluster (after checking that no running
 /// cluster knows this ID), or from the running members when joining.
-pub async fn bootstrap(config: &ClusterConfig, client_urls: Vec<String>) -> Result<Boot, String> {
+/// `saved`: this member's state from `--data-dir` (`saved.rs`), used only
+/// by `--force-new-cluster`; otherwise it makes a member that would form
+/// the cluster anew refuse (the cluster ran before).
+pub async fn bootstrap(
+    config: &ClusterConfig,
+    client_urls: Vec<String>,
+    saved: Option<&Saved>,
+) -> Result<Boot, String> {
     super::peers::init_tls(config.peer_tls.as_ref())?;
     let initial = Membership::of(config.members.iter().map(|m| MemberInfo {
         id: m.id,
@@ -60,9 +68,37 @@ pub async fn bootstrap(config: &ClusterConfig, client_urls: Vec<String>) -> Resu
     let id = config.member_id();
     let answers = probe(config, id).await;
     if config.force_new_cluster {
-        return super::force::boot(config, client_urls, initial, &answers);
+        return super::force::boot(config, client_urls, initial, &answers, saved);
     }
-    match check_restart(config, id, &answers)? {
+    let start = check_restart(config, id, &answers).map_err(|e| match saved {
+        // The refusal of a majority restarted without state: with saved
+        // state the way out is a resume, not an empty forced cluster.
+        Some(s) if e.contains("--force-new-cluster") => format!(
+            "this member ran in the cluster with token {:?} before and no member that \
+             answers has a leader ({}): a majority may have lost its raft state, and forming \
+             the cluster anew could lose acknowledged writes, so ephd refuses to start. {}",
+            config.token,
+            super::force::holdings(&answers),
+            resume_way(s)
+        ),
+        _ => e,
+    })?;
+    if let Some(s) = saved {
+        if matches!(start, Start::New) {
+            return Err(format!(
+                "no member that answers has a leader, and this member holds a saved state of \
+                 the cluster (token {:?}) in --data-dir: the cluster ran before. Forming it \
+                 anew would start empty and drop that state, so ephd refuses to start. {}",
+                config.token,
+                resume_way(s)
+            ));
+        }
+        tracing::info!(
+            saved = %s.describe(),
+            "the cluster runs: this member catches up from it; its saved state is not used"
+        );
+    }
+    match start {
         Start::New => {}
         Start::Rejoin { old, refusal } => {
             return super::rejoin::rejoin(config, old, &answers, client_urls)
@@ -86,6 +122,7 @@ pub async fn bootstrap(config: &ClusterConfig, client_urls: Vec<String>) -> Resu
         name: config.name.clone(),
         client_urls,
         promote: false,
+        resume: None,
     })
 }
 
@@ -210,6 +247,22 @@ fn check_restart(
     ))
 }
 
+/// How a whole cluster resumes from saved state, said to a member that
+/// refuses to start while holding `saved`.
+fn resume_way(saved: &Saved) -> String {
+    format!(
+        "This member's saved state: {}. To resume the cluster from its members' saved \
+         states, start the member whose saved state has the highest revision (every \
+         member's refusal says its own) with --force-new-cluster: it becomes a one-member \
+         cluster holding that state (revisions continue above every earlier one with \
+         --revision-continuity); then add each other member back (`etcdctl member add`) \
+         and start it with --initial-cluster-state existing. Writes after that state was \
+         saved, and what only the other members' files hold, are lost. To start an empty \
+         cluster instead, remove the file",
+        saved.describe()
+    )
+}
+
 /// Why a member that ran as `old` must not start under it, and the etcd
 /// way to rejoin (said when the automatic rejoin fails).
 fn etcd_way(config: &ClusterConfig, old: u64, url: &str) -> String {
@@ -259,6 +312,7 @@ async fn join(config: &ClusterConfig, client_urls: Vec<String>) -> Result<Boot, 
                         name: config.name.clone(),
                         client_urls,
                         promote: false,
+                        resume: None,
                     });
                 }
                 // A clear refusal (a member removed since, and still

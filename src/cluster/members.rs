@@ -37,6 +37,11 @@ pub struct Boot {
     /// It rejoined as a learner after a restart without state
     /// (`rejoin.rs`): it promotes itself once caught up.
     pub promote: bool,
+    /// The Raft index and term of the saved state (`--data-dir`,
+    /// `saved.rs`) a member forced into a new cluster resumes from: its
+    /// log starts after that index, so a member added later catches up by
+    /// snapshot instead of replaying a log without the resumed data.
+    pub resume: Option<(u64, u64)>,
 }
 
 /// Membership's shared state, held by the node and its two threads.
@@ -112,6 +117,7 @@ pub(super) fn take(
         | Input::Propose { .. }
         | Input::ReadIndex { .. }
         | Input::Stop
+        | Input::Save(_)
         | Input::TransferLeader(_)
         | Input::SnapshotBuilt { .. }
         | Input::SnapshotStatus { .. } => {

@@ -27,6 +27,8 @@
 //!   revokes, lease checkpoints.
 //! * `initial_gate.rs`: writes held back until a new cluster's initial
 //!   revision is applied.
+//! * `saved.rs` and `saving.rs`: `--data-dir`, the applied state kept on
+//!   disk so a whole cluster can resume from it.
 
 mod auth_change;
 mod authorized;
@@ -50,6 +52,8 @@ mod peers;
 mod reconfig;
 mod rejoin;
 mod removal;
+pub mod saved;
+mod saving;
 mod sections;
 mod seen;
 mod status;
@@ -65,6 +69,7 @@ pub use membership::{MemberInfo, Membership};
 pub use node::Node;
 pub use peers::MAX_BATCH_BYTES;
 pub use reconfig::{check_urls, start_node};
+pub use saving::{save_loop, write as write_saved};
 pub use status::RaftStatus;
 pub use transport::PeerService;
 

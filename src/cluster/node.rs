@@ -18,6 +18,7 @@ use super::input::Input;
 use super::logger;
 use super::members::{self, Boot, Members};
 use super::peers::Peers;
+use super::saved;
 use super::sections;
 use super::status::RaftStatus;
 use super::timeouts;
@@ -29,7 +30,6 @@ use bytes::Bytes;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError};
 use parking_lot::Mutex;
 use raft::prelude::EntryType;
-use raft::storage::MemStorage;
 use raft::{RawNode, ReadOnlyOption, StateRole};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -86,7 +86,7 @@ impl Node {
         hold_writes: bool,
     ) -> std::result::Result<Arc<Node>, String> {
         let id = boot.id;
-        let storage = LogStore::new(MemStorage::new_with_conf_state(boot.initial.conf_state()));
+        let storage = LogStore::new(saved::storage(&boot));
         let raft_config = raft::Config {
             id,
             heartbeat_tick: 1,
@@ -96,6 +96,7 @@ impl Node {
             read_only_option: ReadOnlyOption::Safe,
             max_size_per_msg: MAX_MSG_BYTES,
             max_inflight_msgs: MAX_INFLIGHT,
+            applied: boot.resume.map_or(0, |(index, _)| index),
             ..Default::default()
         };
         raft_config
@@ -116,7 +117,9 @@ impl Node {
         let waiters = Arc::new(Waiters::default());
         let reads = Arc::new(Waiters::default());
         let status = Arc::new(RaftStatus::default());
-        let applied = Arc::new(watch::channel(0).0);
+        let (base, base_term) = boot.resume.unwrap_or((0, 0));
+        status.applied.store(base, Ordering::Relaxed);
+        let applied = Arc::new(watch::channel(base).0);
         let raft_loop = RaftLoop {
             raw,
             inputs,
@@ -138,7 +141,8 @@ impl Node {
             .spawn(move || raft_loop.run())
             .map_err(|e| format!("cannot start the raft thread: {e}"))?;
         let leases = super::lease_state::LeaseForward::new(id, members.clone(), store.clone());
-        let gate = Arc::new(InitialGate::new(hold_writes));
+        // A resumed store is past its initial revision (`saved.rs`).
+        let gate = Arc::new(InitialGate::new(hold_writes && boot.resume.is_none()));
         let applier = Applier {
             id,
             store,
@@ -146,7 +150,7 @@ impl Node {
             status: status.clone(),
             applied: applied.clone(),
             inbox: inbox.clone(),
-            term: 0,
+            term: base_term,
             members: members.clone(),
             gate: gate.clone(),
         };
@@ -405,6 +409,7 @@ impl RaftLoop {
                 self.catchup.built(&self.raw, index, term, data)
             }
             Input::SnapshotStatus { to, ok } => self.catchup.delivered(&mut self.raw, to, ok),
+            Input::Save(tx) => drop(self.to_apply.send(Work::Save(tx))),
             Input::Stop => return false,
             other => members::take(&mut self.raw, &mut self.peers, &self.members, other),
         }
@@ -506,6 +511,11 @@ impl Applier {
                     self.term = snap.get_metadata().term;
                     self.status.applied.store(index, Ordering::Relaxed);
                     self.applied.send_replace(index);
+                    continue;
+                }
+                Work::Save(tx) => {
+                    let index = self.status.applied();
+                    drop(tx.send(saved::capture(&self.store, &self.members, index, self.term)));
                     continue;
                 }
                 Work::Capture => {

@@ -107,6 +107,7 @@ pub(super) async fn rejoin(
         name: config.name.clone(),
         client_urls,
         promote: true,
+        resume: None,
     })
 }
 

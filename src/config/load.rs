@@ -141,13 +141,6 @@ where
         )));
     }
     let (warnings, cluster) = etcd::judge(&matches, &config.name).map_err(LoadError::Invalid)?;
-    if cluster.is_some() && config.data_dir.is_some() {
-        return Err(LoadError::Invalid(
-            "--data-dir is refused in cluster mode: ephd's cluster mode keeps no snapshots yet \
-             (every member keeps its state in memory; restart rules are not built)"
-                .to_string(),
-        ));
-    }
     if cluster.is_some() && config.restore_snapshot.is_some() {
         return Err(LoadError::Invalid(
             "--restore-snapshot is refused in cluster mode: cluster members start empty and \

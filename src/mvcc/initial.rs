@@ -13,6 +13,13 @@ use crate::error::Result;
 pub const COMPACT_REV_KEY: &str = "compact_rev_key";
 
 impl Store {
+    /// Moves a store that resumed saved state (cluster mode's
+    /// `--force-new-cluster` with `--data-dir`) up to `revision`, as
+    /// [`Store::bump_to`] does; nothing when it is already there.
+    pub fn resume_above(&self, revision: i64) -> Result<()> {
+        self.bump_to(revision)
+    }
+
     /// Moves the store up to `revision` if it is below: revisions continue
     /// from there, and reads and watches below it answer "compacted" (the
     /// history below is dropped, as by a compaction at `revision`).

@@ -39,8 +39,10 @@
 
 use super::revisions::{
     has_compact_rev_key, start_revision, Known, RevisionGuard, COMPACT_REV_KEY, RESERVE_AHEAD,
+    REVISIONS_PER_MS,
 };
 use crate::api::ServerInfo;
+use crate::cluster::saved::Saved;
 use crate::config::Config;
 use crate::lease::LessorConfig;
 use crate::mvcc::{PutRequest, RangeRequest, Store, StoreConfig};
@@ -298,8 +300,8 @@ pub(super) fn build_store(
 /// nothing written at start (every write must come through the Raft log:
 /// with revision continuity the first leader proposes the initial
 /// revision, which also creates `compact_rev_key`; `initial.rs`).
-/// `--data-dir` is refused in cluster mode, so there is nothing to
-/// restore.
+/// A member that resumes saved state (`--data-dir` with
+/// `--force-new-cluster`) gets it from [`resume_cluster_store`].
 pub(super) fn build_cluster_store(
     config: &Config,
     member_id: u64,
@@ -317,6 +319,49 @@ pub(super) fn build_cluster_store(
         member_id,
         auth: config.auth.auth_config(),
     })
+}
+
+/// Cluster mode with `--data-dir`: this member's saved state, if any
+/// (`cluster/saved.rs`).
+pub(super) fn load_saved(config: &Config) -> Result<Option<Saved>, String> {
+    match (&config.cluster, &config.data_dir) {
+        (Some(c), Some(dir)) => crate::cluster::saved::load(dir, c.cluster_id()),
+        _ => Ok(None),
+    }
+}
+
+/// Puts `saved` into the new (empty) store of a member forced into a new
+/// cluster: the whole MVCC state and the auth state. With revision
+/// continuity the store then jumps to the wall-clock revision a new
+/// cluster starts at, so revisions continue above every one the old
+/// cluster could have issued after the state was saved, as a single
+/// member's do after a restart (`revisions.rs`). The member is alone in
+/// its cluster, so this needs no log entry: members added later catch up
+/// by snapshot.
+pub(super) fn resume_cluster_store(
+    store: &Store,
+    saved: Saved,
+    continuity: bool,
+) -> Result<(), String> {
+    let auth = match saved.snapshot.sections.auth.as_deref() {
+        Some(bytes) => crate::auth::AuthImage::decode(bytes)
+            .map_err(|e| format!("{}: its auth state: {e}", saved.path.display()))?,
+        None => crate::auth::AuthImage::pristine(),
+    };
+    store.install_image(saved.snapshot.image);
+    store.auth().install(auth);
+    if continuity {
+        let revision = crate::persist::wall_clock_ms().saturating_mul(REVISIONS_PER_MS);
+        store
+            .resume_above(revision)
+            .map_err(|e| format!("cannot move the resumed store's revision up: {e}"))?;
+    }
+    tracing::info!(
+        revision = store.current_revision(),
+        from = %saved.path.display(),
+        "resumed the saved cluster state"
+    );
+    Ok(())
 }
 
 #[cfg(test)]

@@ -207,8 +207,11 @@ impl Server {
         }
         // Cluster mode: learn this member's ID (and check it may start)
         // from the other members first.
+        let saved = bootstrap::load_saved(&config)?;
         let member = match &config.cluster {
-            Some(c) => Some(crate::cluster::bootstrap(c, config.advertised_urls()).await?),
+            Some(c) => {
+                Some(crate::cluster::bootstrap(c, config.advertised_urls(), saved.as_ref()).await?)
+            }
             None => None,
         };
         let (store, guard) = match &member {
@@ -219,6 +222,9 @@ impl Server {
             }
             Some(b) => {
                 let store = build_cluster_store(&config, b.id, memory.quota_bytes);
+                if let (Some(_), Some(saved)) = (b.resume, saved) {
+                    bootstrap::resume_cluster_store(&store, saved, config.revision_continuity)?;
+                }
                 (Arc::new(store), None)
             }
         };
@@ -389,7 +395,19 @@ impl Server {
                 });
             }
         }
-        let snapshots = self.config.data_dir.clone().map(|dir| {
+        let cluster_id = self.shared.info.cluster_id;
+        let saving = match (&node, &self.config.data_dir) {
+            (Some(n), Some(dir)) => Some(tokio::spawn(crate::cluster::save_loop(
+                n.clone(),
+                dir.clone(),
+                cluster_id,
+                self.config.snapshot_interval,
+                stop_rx.clone(),
+            ))),
+            _ => None,
+        };
+        let single_dir = self.config.data_dir.clone().filter(|_| node.is_none());
+        let snapshots = single_dir.map(|dir| {
             tokio::spawn(snapshot_loop(
                 store.clone(),
                 dir,
@@ -508,7 +526,16 @@ impl Server {
         }
         if let Some(node) = node {
             // Stops raft and applying; a write still waiting fails.
-            let _ = tokio::task::spawn_blocking(move || node.stop()).await;
+            let stopping = node.clone();
+            let _ = tokio::task::spawn_blocking(move || stopping.stop()).await;
+            if let (Some(task), Some(dir)) = (saving, &self.config.data_dir) {
+                let _ = task.await;
+                let snap = node.capture_stopped(&store);
+                let written = crate::cluster::write_saved(dir.clone(), cluster_id, snap).await;
+                if let Err(e) = written {
+                    result = Err(e);
+                }
+            }
             for s in peer_servers {
                 let _ = tokio::time::timeout(SHUTDOWN_GRACE, s).await;
             }

@@ -53,7 +53,9 @@ pub(super) fn member_command(
         .args(["--initial-cluster-token", token])
         .args(["--initial-cluster-state", state])
         .arg(format!("--listen-metrics-urls=http://127.0.0.1:{metrics}"))
-        .args(extra_args);
+        // `{name}` in an argument is this member's name (a data directory
+        // of its own: `--data-dir=/tmp/x/{name}`).
+        .args(extra_args.iter().map(|a| a.replace("{name}", name)));
     cmd
 }
 

@@ -12,6 +12,7 @@ mod authority;
 mod cli;
 mod cluster;
 mod cluster_compaction;
+mod cluster_data_dir;
 mod cluster_force;
 mod cluster_initial;
 mod cluster_leader;
