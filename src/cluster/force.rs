@@ -23,7 +23,7 @@
 //! clusters under one cluster ID.
 
 use super::members::Boot;
-use super::membership::{Change, Membership};
+use super::membership::{Change, MemberInfo, Membership};
 use super::saved::Saved;
 use crate::config::ClusterConfig;
 use crate::proto::ephd::internal::ProbeResponse;
@@ -37,6 +37,31 @@ pub(super) fn boot(
     initial: Membership,
     answers: &[(String, ProbeResponse)],
     saved: Option<&Saved>,
+) -> Result<Boot, String> {
+    forced(config, client_urls, initial, answers, saved, false)
+}
+
+/// The seed of a whole cluster resuming its saved state (`resume.rs`): as
+/// [`boot`] with `saved`, except that every other member is replaced by a
+/// voter with the same peer URLs under a new ID, not started yet, which it
+/// starts as (`join.rs`) when it finds this member running.
+pub(super) fn resume(
+    config: &ClusterConfig,
+    client_urls: Vec<String>,
+    initial: Membership,
+    answers: &[(String, ProbeResponse)],
+    saved: &Saved,
+) -> Result<Boot, String> {
+    forced(config, client_urls, initial, answers, Some(saved), true)
+}
+
+fn forced(
+    config: &ClusterConfig,
+    client_urls: Vec<String>,
+    initial: Membership,
+    answers: &[(String, ProbeResponse)],
+    saved: Option<&Saved>,
+    relearn: bool,
 ) -> Result<Boot, String> {
     let mut id = config.member_id();
     if let Some((url, r)) = answers.iter().find(|(_, r)| r.leader != 0) {
@@ -78,7 +103,7 @@ pub(super) fn boot(
             "--force-new-cluster resumes from this member's saved state"
         );
     }
-    let forced = alone(&initial, id);
+    let forced = alone(&initial, id, relearn.then_some(config.token.as_str()));
     let removed: Vec<String> = initial
         .members()
         .filter(|m| m.id != id)
@@ -116,16 +141,36 @@ pub(super) fn boot(
 
 /// `initial` with every member but `me` removed (so none of their IDs can
 /// vote or join again), `me` a voter (a saved state may hold it as a
-/// learner that had not been promoted yet).
-fn alone(initial: &Membership, me: u64) -> Membership {
+/// learner that had not been promoted yet). With `relearn` (the cluster's
+/// token), each removed member's peer URLs come back as a voter not
+/// started yet under a new ID (a new ID has never voted, so an empty log
+/// behind it is safe, as for a member MemberAdd added).
+fn alone(initial: &Membership, me: u64, relearn: Option<&str>) -> Membership {
     let mut m = initial.clone();
     if m.get(me).is_some_and(|x| x.is_learner) {
         let _ = m.apply(&Change::Promote(me));
     }
-    let others: Vec<u64> = m.members().map(|x| x.id).filter(|x| *x != me).collect();
-    for other in others {
+    let others: Vec<MemberInfo> = m.members().filter(|x| x.id != me).cloned().collect();
+    for other in &others {
         // A member of the membership is always removable.
-        let _ = m.apply(&Change::Remove(other));
+        let _ = m.apply(&Change::Remove(other.id));
+    }
+    let Some(token) = relearn else { return m };
+    for other in others {
+        let fresh = (0u64..)
+            .map(|n| {
+                let salt = format!("{token}|resumed|{:x}|{n}", other.id);
+                crate::config::member_id(&other.peer_urls, &salt)
+            })
+            .find(|id| *id != 0 && m.get(*id).is_none() && !m.is_removed(*id))
+            .unwrap_or_default();
+        let _ = m.apply(&Change::Add(MemberInfo {
+            id: fresh,
+            name: String::new(),
+            peer_urls: other.peer_urls,
+            client_urls: Vec::new(),
+            is_learner: false,
+        }));
     }
     m
 }
@@ -151,7 +196,6 @@ pub(super) fn holdings(answers: &[(String, ProbeResponse)]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::membership::MemberInfo;
     use crate::config::{member_id, Member};
     use std::time::Duration;
 
@@ -254,6 +298,34 @@ mod tests {
         assert_eq!((boot.id, boot.resume), (99, Some((40, 3))));
         assert_eq!(boot.initial.conf_state().get_voters(), [99]);
         assert!(boot.initial.is_removed(a) && boot.initial.is_removed(b));
+    }
+
+    #[test]
+    fn the_resuming_seed_gives_every_other_member_a_new_unstarted_voter_id() {
+        let c = config("a");
+        let (a, b, cc) = (c.members[0].id, c.members[1].id, c.members[2].id);
+        let saved = Saved {
+            snapshot: crate::mvcc::snapshot::Snapshot {
+                raft_index: 12,
+                raft_term: 2,
+                sections: crate::mvcc::snapshot::Sections {
+                    members: Some(initial(&c).encode()),
+                    auth: None,
+                },
+                ..Default::default()
+            },
+            path: "/x/ephd-cluster.snap".into(),
+            written_unix: 0,
+        };
+        let boot = resume(&c, vec![], initial(&c), &[], &saved).unwrap();
+        assert_eq!((boot.id, boot.resume), (a, Some((12, 2))));
+        assert!(boot.initial.is_removed(b) && boot.initial.is_removed(cc));
+        let voters = boot.initial.conf_state().get_voters().to_vec();
+        assert_eq!(voters.len(), 3, "{voters:?}");
+        for (old, urls) in [(b, &c.members[1].peer_urls), (cc, &c.members[2].peer_urls)] {
+            let placed = boot.initial.by_peer_urls(urls).expect("a place for it");
+            assert!(placed.id != old && !placed.is_learner && !placed.has_published());
+        }
     }
 
     #[test]

@@ -66,9 +66,35 @@ pub async fn bootstrap(
         return join(config, client_urls).await;
     }
     let id = config.member_id();
-    let answers = probe(config, id).await;
+    let mut answers = probe(config, id).await;
     if config.force_new_cluster {
         return super::force::boot(config, client_urls, initial, &answers, saved);
+    }
+    // Holding saved state while no member leads: the whole cluster may be
+    // coming back; wait for it to resume (`resume.rs`).
+    if let Some(s) = saved.filter(|_| answers.iter().all(|(_, r)| r.leader == 0)) {
+        let (next, last) = super::resume::wait(config, s, || probe(config, id)).await;
+        answers = last;
+        match next {
+            Some(super::resume::Next::Resume) => {
+                return super::force::resume(config, client_urls, initial, &answers, s)
+            }
+            Some(_) => {}
+            None => {
+                return Err(format!(
+                    "no member answered with a leader within {:?} while this member holds a \
+                     saved state of the cluster (token {:?}){}. {}",
+                    super::resume::PATIENCE,
+                    config.token,
+                    if super::resume::is_seed(config) {
+                        ", and fewer than a majority of the members wait to resume"
+                    } else {
+                        ""
+                    },
+                    resume_way(s)
+                ))
+            }
+        }
     }
     let start = check_restart(config, id, &answers).map_err(|e| match saved {
         // The refusal of a majority restarted without state: with saved
@@ -227,6 +253,18 @@ fn check_restart(
         return Ok(Start::Rejoin { old, refusal });
     }
     let Some((url, old)) = ran else {
+        // Members wait to resume saved state (`resume.rs`) and this one holds
+        // none: forming the cluster anew would start it empty beside them.
+        if let Some((url, r)) = answers.iter().find(|(_, r)| r.resuming) {
+            return Err(format!(
+                "the member at {url} (member {:x}) waits to resume its saved state (revision {}), \
+                 but this member holds none (no --data-dir, or its file is gone): the cluster \
+                 resumes through the first member of --initial-cluster with its saved state. \
+                 Start that member with its --data-dir, or start the member whose saved state \
+                 has the highest revision with --force-new-cluster, then start this one again",
+                r.member_id, r.revision
+            ));
+        }
         return Ok(Start::New);
     };
     Err(format!(
@@ -251,14 +289,16 @@ fn check_restart(
 /// refuses to start while holding `saved`.
 fn resume_way(saved: &Saved) -> String {
     format!(
-        "This member's saved state: {}. To resume the cluster from its members' saved \
-         states, start the member whose saved state has the highest revision (every \
-         member's refusal says its own) with --force-new-cluster: it becomes a one-member \
-         cluster holding that state (revisions continue above every earlier one with \
-         --revision-continuity); then add each other member back (`etcdctl member add`) \
-         and start it with --initial-cluster-state existing. Writes after that state was \
-         saved, and what only the other members' files hold, are lost. To start an empty \
-         cluster instead, remove the file",
+        "This member's saved state: {}. A whole cluster resumes by itself when every \
+         member is started with its --data-dir: the first member of --initial-cluster \
+         resumes its saved state once a majority waits, the others rejoin it. To resume \
+         from another member's state instead (the one with the highest revision: every \
+         member's refusal says its own), start that member with --force-new-cluster: it \
+         becomes a one-member cluster holding that state (revisions continue above every \
+         earlier one with --revision-continuity); then add each other member back \
+         (`etcdctl member add`) and start it with --initial-cluster-state existing. Writes \
+         after that state was saved, and what only the other members' files hold, are \
+         lost. To start an empty cluster instead, remove the file",
         saved.describe()
     )
 }
@@ -442,6 +482,7 @@ impl MembershipRpc for MembershipService {
             revision: self.store.current_revision(),
             urls_member,
             urls_member_started,
+            resuming: false,
         }))
     }
 

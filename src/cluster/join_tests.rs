@@ -123,3 +123,24 @@ fn members_without_the_leader_do_not_speak_for_a_working_cluster() {
     let e = decide(&[old, working]).err().expect("removed");
     assert!(e.contains("was removed"), "{e}");
 }
+
+#[test]
+fn a_member_without_saved_state_beside_members_waiting_to_resume_refuses() {
+    // b waits to resume (saved revision 77); a has nothing: starting a new,
+    // empty cluster beside it would drop the saved state.
+    let mut waiting = says(2, 0, None);
+    waiting.1.resuming = true;
+    waiting.1.revision = 77;
+    let e = match decide(&[waiting.clone()]) {
+        Err(e) => e,
+        Ok(_) => panic!("started beside a member waiting to resume"),
+    };
+    assert!(
+        e.contains("waits to resume its saved state (revision 77)") && e.contains("holds none"),
+        "{e}"
+    );
+    // The seed already runs and has a place for a: a joins it, whatever
+    // the others still waiting say.
+    let placed = says(3, 0, Some((0x99, false)));
+    assert!(matches!(decide(&[waiting, placed]), Ok(Start::Join)));
+}

@@ -28,7 +28,7 @@
 //! * `initial_gate.rs`: writes held back until a new cluster's initial
 //!   revision is applied.
 //! * `saved.rs` and `saving.rs`: `--data-dir`, the applied state kept on
-//!   disk so a whole cluster can resume from it.
+//!   disk; `resume.rs`: a whole cluster resuming from it.
 
 mod auth_change;
 mod authorized;
@@ -52,6 +52,7 @@ mod peers;
 mod reconfig;
 mod rejoin;
 mod removal;
+pub mod resume;
 pub mod saved;
 mod saving;
 mod sections;

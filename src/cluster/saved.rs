@@ -85,9 +85,11 @@ pub(super) fn capture(store: &Store, members: &Members, index: u64, term: u64) -
 pub(super) fn storage(boot: &Boot) -> MemStorage {
     let mem = MemStorage::new_with_conf_state(boot.initial.conf_state());
     if let Some((index, term)) = boot.resume {
-        let mut meta = SnapshotMetadata::default();
-        meta.index = index;
-        meta.term = term;
+        let mut meta = SnapshotMetadata {
+            index,
+            term,
+            ..Default::default()
+        };
         meta.set_conf_state(boot.initial.conf_state());
         let mut snap = RaftSnapshot::default();
         snap.set_metadata(meta);

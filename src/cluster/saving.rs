@@ -55,7 +55,7 @@ pub async fn save_loop(
     loop {
         tokio::select! {
             _ = tokio::time::sleep(interval) => {}
-            _ = crate::api::stopped(&mut stop) => return,
+            _ = stop.wait_for(|stopped| *stopped) => return,
         }
         match node.capture_saved().await {
             Ok(snap) if written == Some(snap.raft_index) => {}

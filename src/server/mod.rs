@@ -6,6 +6,7 @@ mod accept;
 mod bootstrap;
 mod initial;
 pub mod memory;
+mod responder;
 mod restore;
 pub mod revisions;
 mod tasks;
@@ -210,7 +211,19 @@ impl Server {
         let saved = bootstrap::load_saved(&config)?;
         let member = match &config.cluster {
             Some(c) => {
-                Some(crate::cluster::bootstrap(c, config.advertised_urls(), saved.as_ref()).await?)
+                // Holding saved state: answer the others while waiting.
+                let responding = match &saved {
+                    Some(s) if !c.force_new_cluster && !c.existing => {
+                        Some(responder::start(c, s).await?)
+                    }
+                    _ => None,
+                };
+                let boot = crate::cluster::bootstrap(c, config.advertised_urls(), saved.as_ref());
+                let boot = boot.await;
+                if let Some(r) = responding {
+                    r.stop().await;
+                }
+                Some(boot?)
             }
             None => None,
         };

@@ -1,10 +1,11 @@
-//! `--data-dir` in cluster mode (`src/cluster/saved.rs`): every member keeps
-//! its applied state on disk; a member restarted while the cluster runs
-//! catches up from it and ignores its file; after a whole-cluster stop the
-//! members refuse to form the cluster anew empty, saying what each holds,
-//! and the one started with `--force-new-cluster` resumes the saved state
-//! (keys, leases, revisions above the old ones), which members added back
-//! get by snapshot.
+//! `--data-dir` in cluster mode (`src/cluster/saved.rs`, `resume.rs`):
+//! every member keeps its applied state on disk; a member restarted while
+//! the cluster runs catches up from it and ignores its file; after a
+//! whole-cluster stop the members started again resume the saved state by
+//! themselves (keys, leases, revisions above the old ones), through the
+//! first member, the others rejoining it; or one member started with
+//! `--force-new-cluster` resumes its own file, and members added back get
+//! it by snapshot.
 
 use std::time::{Duration, Instant};
 
@@ -55,13 +56,13 @@ async fn serializable(m: &ClusterMember, key: &str) -> Option<Vec<u8>> {
         .map(|kv| kv.value.to_vec())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stopped_cluster_resumes_its_saved_state_through_one_forced_member() {
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().to_str().unwrap().to_string();
-    let owned = args(&root);
+/// A three-member cluster with a data dir each, 20 keys written through
+/// every member and a key on a 3600 s lease, the same everywhere; with
+/// the last revision and the lease ID.
+async fn written(root: &str) -> (EphdCluster, i64, i64) {
+    let owned = args(root);
     let flags: Vec<&str> = owned.iter().map(String::as_str).collect();
-    let mut cluster = EphdCluster::start(3, &flags);
+    let cluster = EphdCluster::start(3, &flags);
     let (leader, _) = agreed_leader(&cluster, None).await;
     let lead = cluster.member(leader).unwrap();
     let mut last = 0;
@@ -95,6 +96,54 @@ async fn a_stopped_cluster_resumes_its_saved_state_through_one_forced_member() {
     .revision;
     last = last.max(leased);
     same_everywhere(&cluster, last).await;
+    (cluster, last, granted.id)
+}
+
+/// SIGTERM to every member (each writes its state last), all at once.
+fn stop_all(cluster: &mut EphdCluster, root: &str) {
+    for i in 0..3 {
+        cluster.terminate(i);
+    }
+    for i in 0..3 {
+        assert!(
+            cluster.reap(i, Duration::from_secs(20)),
+            "m{i} did not stop cleanly"
+        );
+        assert!(!saved_files(root, i).is_empty(), "m{i} saved nothing");
+    }
+}
+
+/// Every key `written` wrote, and the lease with its remaining time,
+/// through `m`; the revision of a linearizable read, above `last`.
+async fn resumed(m: &ClusterMember, last: i64, lease_id: i64) -> i64 {
+    for i in 0..20 {
+        let (_, kv) = linearizable_get(m, &format!("k{i:02}")).await;
+        assert_eq!(kv.expect("resumed key").value, format!("v{i}").into_bytes());
+    }
+    let (at, kv) = linearizable_get(m, "leased").await;
+    assert_eq!(kv.expect("leased key").lease, lease_id);
+    assert!(at > last, "revision {at} above the old cluster's {last}");
+    let mut lease = m.lease().await;
+    let ttl = within(
+        "ttl",
+        lease.lease_time_to_live(LeaseTimeToLiveRequest {
+            id: lease_id,
+            keys: true,
+        }),
+    )
+    .await
+    .expect("ttl")
+    .into_inner();
+    assert!(ttl.ttl > 3000 && ttl.ttl <= 3600, "remaining {}", ttl.ttl);
+    at
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_whole_cluster_started_again_resumes_its_saved_state_by_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_str().unwrap().to_string();
+    let (mut cluster, _, lease_id) = written(&root).await;
+    let (leader, _) = agreed_leader(&cluster, None).await;
 
     // One member killed while the cluster runs: restarted with its data
     // dir, it catches up from the cluster (under a new ID), not its file.
@@ -124,66 +173,63 @@ async fn a_stopped_cluster_resumes_its_saved_state_through_one_forced_member() {
     let (last, _) = linearizable_get(cluster.member(leader).unwrap(), "while-away").await;
     same_everywhere(&cluster, last).await;
 
-    // The whole cluster stops (SIGTERM: each member writes its state).
-    for i in 0..3 {
-        cluster.terminate(i);
-    }
-    for i in 0..3 {
-        assert!(
-            cluster.reap(i, Duration::from_secs(20)),
-            "m{i} did not stop cleanly"
-        );
-        assert!(!saved_files(&root, i).is_empty(), "m{i} saved nothing");
-    }
-
-    // Started again as before, a member refuses: forming the cluster anew
-    // would drop the saved state. It says what it holds and the way out.
-    let refused = cluster
-        .start_member("m0", "new", Some(0))
-        .expect_err("a member holding saved state must not form an empty cluster");
-    for says in [
-        "holds a saved state of the cluster",
-        &format!("revision {last}"),
-        "with --force-new-cluster",
-        "--initial-cluster-state existing",
-    ] {
-        assert!(refused.contains(says), "{says:?} not in: {refused}");
-    }
-
-    // m0 forced: a one-member cluster with every key, the lease and its
-    // remaining time, and revisions above the old ones.
+    // The whole cluster stops and is started again as it was.
+    stop_all(&mut cluster, &root);
     cluster
-        .start_member_with("m0", "new", Some(0), &["--force-new-cluster"])
-        .unwrap_or_else(|e| panic!("forced resume: {e}"));
-    let m0 = cluster.member(0).unwrap();
-    assert_eq!(members(m0).await.len(), 1);
-    for i in 0..20 {
-        let (_, kv) = linearizable_get(m0, &format!("k{i:02}")).await;
-        assert_eq!(kv.expect("resumed key").value, format!("v{i}").into_bytes());
+        .restart_together(&[0, 1, 2])
+        .unwrap_or_else(|e| panic!("whole-cluster restart: {e}"));
+    let at = resumed(cluster.member(0).unwrap(), last, lease_id).await;
+    assert_eq!(
+        serializable(cluster.member(0).unwrap(), "while-away").await,
+        Some(b"1".to_vec())
+    );
+    // Every member is back as a voter (the others rejoined as learners
+    // and promoted themselves), holding the same state; writes go on.
+    let deadline = Instant::now() + SETTLE;
+    loop {
+        let list = members(cluster.member(0).unwrap()).await;
+        if list.len() == 3 && list.iter().all(|m| !m.is_learner && !m.name.is_empty()) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "members never all voters again: {list:?}\n{}",
+            cluster.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let (at, kv) = linearizable_get(m0, "leased").await;
-    let kv = kv.expect("leased key");
-    assert_eq!(kv.lease, granted.id);
-    assert!(at > last, "revision {at} above the old cluster's {last}");
-    let mut lease = m0.lease().await;
-    let ttl = within(
-        "ttl",
-        lease.lease_time_to_live(LeaseTimeToLiveRequest {
-            id: granted.id,
-            keys: true,
-        }),
-    )
-    .await
-    .expect("ttl")
-    .into_inner();
-    assert!(ttl.ttl > 3000 && ttl.ttl <= 3600, "remaining {}", ttl.ttl);
-    let after = put(m0, "after", "resumed").await;
-    assert!(after > last);
+    let after = put(cluster.member(2).unwrap(), "after", "resumed").await;
+    assert!(after > at);
+    let kvs = same_everywhere(&cluster, after).await;
+    assert_eq!(
+        kvs.len(),
+        20 + 4,
+        "k00..k19, leased, while-away, after, compact_rev_key"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_member_forced_resumes_its_own_saved_state_and_members_added_back_get_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_str().unwrap().to_string();
+    let (mut cluster, last, lease_id) = written(&root).await;
+    stop_all(&mut cluster, &root);
+
+    // m1 (not the member that resumes by itself) forced: a one-member
+    // cluster with every key, the lease and its remaining time, and
+    // revisions above the old ones.
+    cluster
+        .start_member_with("m1", "new", Some(1), &["--force-new-cluster"])
+        .unwrap_or_else(|e| panic!("forced resume: {e}"));
+    let m1 = cluster.member(1).unwrap();
+    assert_eq!(members(m1).await.len(), 1);
+    resumed(m1, last, lease_id).await;
+    let after = put(m1, "after", "resumed").await;
 
     // A member added back catches up by snapshot (the resumed log starts
     // after the saved index) and holds the same keys.
     let peer = free_port();
-    let c = ClusterClient::new(m0.channel().await);
+    let c = ClusterClient::new(m1.channel().await);
     add(&c, &format!("http://127.0.0.1:{peer}"), false)
         .await
         .unwrap_or_else(|s| panic!("member add: {s:?}"));

@@ -113,6 +113,50 @@ impl EphdCluster {
         Some((status, logs))
     }
 
+    /// Restarts members `slots` in place (`--initial-cluster-state new`,
+    /// their ports and `--initial-cluster` unchanged) all at once, then
+    /// waits until each serves: a whole cluster coming back, whose members
+    /// may wait for each other before serving.
+    pub fn restart_together(&mut self, slots: &[usize]) -> Result<(), String> {
+        let initial = self.names.join(",");
+        let mut started = Vec::new();
+        for &i in slots {
+            assert!(self.members[i].is_none(), "member {i} is still running");
+            let name = self.names[i].split('=').next().unwrap().to_string();
+            let (client, metrics, peer) = (free_port(), free_port(), self.peer_port(i));
+            let cmd = member_command(
+                &name,
+                (client, peer, metrics),
+                &initial,
+                &self.token,
+                "new",
+                &self.extra_args,
+                &self.scheme,
+            );
+            let process = ServerProcess::spawn("ephd cluster member", cmd);
+            started.push((i, client, metrics, peer, process));
+        }
+        let mut ready = Vec::new();
+        for (i, client, metrics_port, peer_port, mut process) in started {
+            process
+                .wait_ready(&format!("http://127.0.0.1:{client}"))
+                .map_err(|e| format!("m{i}: {e}\n{}", process.logs()))?;
+            ready.push((
+                i,
+                ClusterMember {
+                    client_port: client,
+                    metrics_port,
+                    peer_port,
+                    process,
+                },
+            ));
+        }
+        for (i, m) in ready {
+            self.members[i] = Some(m);
+        }
+        Ok(())
+    }
+
     /// The peer port of member `i` (running or not).
     pub fn peer_port(&self, i: usize) -> u16 {
         self.names[i].rsplit(':').next().unwrap().parse().unwrap()

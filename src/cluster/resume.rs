@@ -1,0 +1,282 @@
+//! A whole cluster resuming from its members' saved state (`--data-dir`,
+//! `saved.rs`) without an operator.
+//!
+//! After every member stopped (a rolling restart gone wrong, a power
+//! loss), each comes back with a saved state but no Raft state. None may
+//! vote or acknowledge under its old ID with a stale log, so the cluster
+//! resumes through ONE member, the **seed**: the first member of
+//! `--initial-cluster` (a rule every member applies alike, without
+//! talking, so two seeds are impossible). While it waits, a member holding
+//! saved state answers the other members' probes on its peer URL with
+//! `resuming` and its saved revision ([`responder`], served by the server
+//! before its Raft node exists).
+//!
+//! * The seed resumes once a majority of the saved voters (itself
+//!   included) answer `resuming`: members that stopped and came back, not
+//!   a running majority it merely cannot reach (which would answer with a
+//!   leader, or not at all), so a partitioned member never starts a second
+//!   cluster. It starts a cluster holding its saved state (`force.rs`:
+//!   same cluster ID, revisions continue above every earlier one) in
+//!   which every other member is replaced by a voter with the same peer
+//!   URLs under a new ID, not started yet (a new ID never voted, so its
+//!   empty log is safe, as after MemberAdd).
+//! * Every other member waits until a member answers with a leader or with
+//!   such a place for it, then starts as that member, as a member added by
+//!   MemberAdd does (`join.rs`), and catches up by snapshot. Its own saved
+//!   state is not used. The seed is elected once one of them runs.
+//!
+//! What is lost: the writes after the seed's file was written (none after
+//! a clean stop of every member, which each ends with a final save), even
+//! if another member's file is newer; start that member with
+//! `--force-new-cluster` instead to resume from it. A member that waits
+//! longer than [`PATIENCE`] stops and says what to do.
+
+use super::membership::Membership;
+use super::saved::Saved;
+use crate::config::ClusterConfig;
+use crate::proto::ephd::internal::{
+    membership_server::{Membership as MembershipRpc, MembershipServer},
+    JoinRequest, JoinResponse, ProbeRequest, ProbeResponse, PromoteRequest, PromoteResponse,
+    RejoinRequest,
+};
+use std::time::Duration;
+use tonic::{Request, Response, Status};
+
+/// How long a member holding saved state waits for the cluster to resume.
+pub const PATIENCE: Duration = Duration::from_secs(120);
+/// How often it asks the others meanwhile.
+const ROUND: Duration = Duration::from_millis(500);
+
+/// What a waiting member answers on its peer URL.
+#[derive(Debug, Clone)]
+pub struct Responder {
+    token: String,
+    member_id: u64,
+    revision: i64,
+}
+
+/// The peer service a member holding `saved` serves until its Raft node
+/// starts: probes answered with `resuming`, everything else Unavailable.
+pub fn responder(config: &ClusterConfig, saved: &Saved) -> MembershipServer<Responder> {
+    MembershipServer::new(Responder {
+        token: config.token.clone(),
+        member_id: saved_id(config, saved),
+        revision: saved.snapshot.image.revision,
+    })
+}
+
+/// This member's ID in its saved member list (found by its peer URLs: a
+/// rejoin may have changed it), or its `--initial-cluster` one.
+fn saved_id(config: &ClusterConfig, saved: &Saved) -> u64 {
+    held(saved)
+        .and_then(|m| {
+            m.members()
+                .find(|x| x.peer_urls == config.advertise_peer_urls)
+                .map(|x| x.id)
+        })
+        .unwrap_or_else(|| config.member_id())
+}
+
+/// The member list a saved state holds, if it decodes.
+fn held(saved: &Saved) -> Option<Membership> {
+    Membership::decode(saved.snapshot.sections.members.as_deref()?).ok()
+}
+
+fn waiting() -> Status {
+    Status::unavailable("this member restarts from its saved state and waits for the cluster")
+}
+
+#[tonic::async_trait]
+impl MembershipRpc for Responder {
+    async fn probe(&self, _: Request<ProbeRequest>) -> Result<Response<ProbeResponse>, Status> {
+        Ok(Response::new(ProbeResponse {
+            token: self.token.clone(),
+            member_id: self.member_id,
+            revision: self.revision,
+            resuming: true,
+            ..Default::default()
+        }))
+    }
+
+    async fn join(&self, _: Request<JoinRequest>) -> Result<Response<JoinResponse>, Status> {
+        Err(waiting())
+    }
+
+    async fn rejoin(&self, _: Request<RejoinRequest>) -> Result<Response<JoinResponse>, Status> {
+        Err(waiting())
+    }
+
+    async fn promote(
+        &self,
+        _: Request<PromoteRequest>,
+    ) -> Result<Response<PromoteResponse>, Status> {
+        Err(waiting())
+    }
+}
+
+/// What a member holding saved state does after a round of probes.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Next {
+    /// A member answers with a leader, or the seed runs with a place for
+    /// this member: start as the others say (`join.rs`), the saved state
+    /// unused.
+    Running,
+    /// This member is the seed and a majority waits: resume.
+    Resume,
+    /// Ask again.
+    Wait,
+}
+
+/// Whether this member is the seed: the first of `--initial-cluster`.
+pub(super) fn is_seed(config: &ClusterConfig) -> bool {
+    config
+        .members
+        .first()
+        .is_some_and(|m| m.name == config.name)
+}
+
+/// Decides from one round of `answers` (by peer URL).
+pub(super) fn next(
+    config: &ClusterConfig,
+    saved: &Saved,
+    answers: &[(String, ProbeResponse)],
+) -> Next {
+    // A leader, or the seed running with a place for this member (a voter
+    // with its peer URLs, not started yet: it needs this member to elect
+    // itself).
+    let placed = |r: &ProbeResponse| !r.resuming && r.urls_member != 0 && !r.urls_member_started;
+    if answers.iter().any(|(_, r)| r.leader != 0 || placed(r)) {
+        return Next::Running;
+    }
+    if !is_seed(config) {
+        return Next::Wait;
+    }
+    let voters = held(saved).map_or(config.members.len(), |m| {
+        m.members().filter(|x| !x.is_learner).count()
+    });
+    let resuming = 1 + answers.iter().filter(|(_, r)| r.resuming).count();
+    if resuming > voters / 2 {
+        Next::Resume
+    } else {
+        Next::Wait
+    }
+}
+
+/// Probes with `ask` every [`ROUND`] until [`next`] says something other
+/// than wait, or [`PATIENCE`] runs out (`None`, with the last answers).
+pub(super) async fn wait<F, Fut>(
+    config: &ClusterConfig,
+    saved: &Saved,
+    mut ask: F,
+) -> (Option<Next>, Vec<(String, ProbeResponse)>)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Vec<(String, ProbeResponse)>>,
+{
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    tracing::info!(
+        saved = %saved.describe(),
+        seed = is_seed(config),
+        "holding saved state and no member answers with a leader: waiting for the cluster \
+         to resume (the first member of --initial-cluster resumes once a majority waits)"
+    );
+    loop {
+        let answers = ask().await;
+        match next(config, saved, &answers) {
+            Next::Wait if tokio::time::Instant::now() < deadline => {}
+            Next::Wait => return (None, answers),
+            decided => return (Some(decided), answers),
+        }
+        tokio::time::sleep(ROUND).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{member_id, Member};
+    use crate::mvcc::snapshot::Snapshot;
+
+    fn config(name: &str, n: usize) -> ClusterConfig {
+        let members: Vec<Member> = (0..n)
+            .map(|i| {
+                let urls = vec![format!("http://10.0.0.{i}:2380")];
+                Member {
+                    name: format!("m{i}"),
+                    id: member_id(&urls, "tok"),
+                    peer_urls: urls,
+                }
+            })
+            .collect();
+        let own = members.iter().find(|m| m.name == name).unwrap().clone();
+        ClusterConfig {
+            name: name.into(),
+            token: "tok".into(),
+            listen_peer_urls: own.peer_urls.clone(),
+            advertise_peer_urls: own.peer_urls,
+            members,
+            heartbeat: Duration::from_millis(100),
+            election: Duration::from_secs(1),
+            existing: false,
+            snapshot_count: 10,
+            catchup_entries: 5,
+            peer_tls: None,
+            force_new_cluster: false,
+        }
+    }
+
+    fn saved() -> Saved {
+        Saved {
+            snapshot: Snapshot::default(),
+            path: "/d/ephd-cluster.snap".into(),
+            written_unix: 0,
+        }
+    }
+
+    fn answer(resuming: bool, leader: u64, urls: Option<(u64, bool)>) -> (String, ProbeResponse) {
+        let (urls_member, urls_member_started) = urls.unwrap_or((0, false));
+        let r = ProbeResponse {
+            token: "tok".into(),
+            resuming,
+            leader,
+            urls_member,
+            urls_member_started,
+            ..Default::default()
+        };
+        ("http://10.0.0.9:2380".into(), r)
+    }
+
+    #[test]
+    fn the_seed_resumes_once_a_majority_waits_and_never_beside_a_leader() {
+        let (seed, other) = (config("m0", 3), config("m1", 3));
+        assert!(is_seed(&seed) && !is_seed(&other));
+        let s = saved();
+        // Alone, or beside a leaderless member that runs (an old survivor):
+        // wait; a majority of three waiting (itself and one more): resume.
+        assert_eq!(next(&seed, &s, &[]), Next::Wait);
+        assert_eq!(next(&seed, &s, &[answer(false, 0, None)]), Next::Wait);
+        assert_eq!(next(&seed, &s, &[answer(true, 0, None)]), Next::Resume);
+        // Five members: three must wait.
+        let five = config("m0", 5);
+        let two = [answer(true, 0, None), answer(false, 0, None)];
+        assert_eq!(next(&five, &s, &two), Next::Wait);
+        let three = [answer(true, 0, None), answer(true, 0, None)];
+        assert_eq!(next(&five, &s, &three), Next::Resume);
+        // A leader answers: the cluster runs, whoever asks.
+        let led = [answer(true, 0, None), answer(false, 7, None)];
+        assert_eq!(next(&seed, &s, &led), Next::Running);
+        assert_eq!(next(&other, &s, &led), Next::Running);
+    }
+
+    #[test]
+    fn the_others_wait_until_the_seed_runs_with_a_place_for_them() {
+        let other = config("m1", 3);
+        let s = saved();
+        assert_eq!(next(&other, &s, &[answer(true, 0, None)]), Next::Wait);
+        // An old survivor that knows this member ran is no place for it.
+        let survivor = answer(false, 0, Some((5, true)));
+        assert_eq!(next(&other, &s, &[survivor]), Next::Wait);
+        let seed = answer(false, 0, Some((0x99, false)));
+        assert_eq!(next(&other, &s, &[seed]), Next::Running);
+    }
+}
