@@ -267,14 +267,14 @@ def check_pod_spec(where, spec, known_flags, *, static, client_port, metrics_por
     for u in str(flags.get("advertise-client-urls", "")).split(","):
         if url_port(u) != client_port or not u.startswith("https://"):
             finding(where, f"advertised URL {u} is not https on port {client_port}")
-    for f in ("cert-file", "key-file", "trusted-ca-file") + (() if cluster else ("data-dir",)):
+    for f in ("cert-file", "key-file", "trusted-ca-file") + (() if data_dir is None else ("data-dir",)):
         if not flags.get(f):
             finding(where, f"--{f} missing")
     if str(flags.get("client-cert-auth")) != "true":
         finding(where, "--client-cert-auth=true missing")
-    if cluster and "data-dir" in flags:
-        finding(where, "cluster mode refuses --data-dir")
-    if not cluster and flags.get("data-dir") != data_dir:
+    if data_dir is None and "data-dir" in flags:
+        finding(where, "this manifest keeps its members in memory: no --data-dir")
+    if data_dir is not None and flags.get("data-dir") != data_dir:
         finding(where, f"--data-dir should be {data_dir}")
     if not str(flags.get("lease-adopt-unknown-ttl", "")).isdigit():
         finding(where, "--lease-adopt-unknown-ttl must be whole seconds")
@@ -327,7 +327,7 @@ def check_pod_spec(where, spec, known_flags, *, static, client_port, metrics_por
                 if hp == "/etc/kubernetes/pki/etcd":
                     finding(where, "do not mount the whole etcd pki directory (CA and etcd keys)")
     dm = under_mount(str(flags.get("data-dir")), mounts)
-    if cluster:
+    if data_dir is None:
         pass
     elif not dm or dm.get("readOnly"):
         finding(where, "--data-dir must be on a writable volumeMount")

@@ -6,7 +6,8 @@ lint_checks.py:
   with the cluster's own: https:// peer URLs on the peer port, peer TLS
   files under read-only mounts, --peer-client-cert-auth=true, the same
   --initial-cluster and token on every member, naming each member at its
-  advertised peer URL, and no --data-dir (cluster mode refuses it);
+  advertised peer URL, and --data-dir on the node's /var/lib/ephd (so a
+  whole-cluster restart resumes its saved state);
 - the StatefulSet, its headless Service, client Service and
   PodDisruptionBudget line up (Parallel start, names from the headless
   Service's DNS, publishNotReadyAddresses, one member per node, at most one
@@ -68,7 +69,7 @@ def check_static_pods(known_flags):
         flags = lc.check_pod_spec(where, pod["spec"], known_flags, static=True,
                                   client_port=lc.STATIC_CLIENT_PORT,
                                   metrics_port=lc.STATIC_METRICS_PORT,
-                                  data_dir=None, cluster=True)
+                                  data_dir="/var/lib/ephd", cluster=True)
         if not flags:
             continue
         members = check_cluster_flags(where, flags, peer_port=STATIC_PEER_PORT)

@@ -10,13 +10,17 @@
 //! removed, so their old IDs are refused from then on): the member starts
 //! a one-member cluster under its `--initial-cluster` member ID and
 //! cluster ID, with the others recorded as removed. Raft's configuration
-//! is this member alone, so it elects itself at once. Unlike etcd, which
-//! keeps its data directory, an ephd process starts empty: the new cluster
-//! starts with no data (and a fresh initial revision, above every earlier
-//! one), and the writes the old cluster's running members still hold are
-//! not carried over; the startup log says which members held what. The
-//! others then join the etcd way: MemberAdd, and start with
-//! `--initial-cluster-state existing`.
+//! is this member alone, so it elects itself at once. With `--data-dir`
+//! it resumes its saved state (`saved.rs`; its ID found by its peer URLs
+//! in the saved member list). Without, an ephd process starts empty: the
+//! new cluster starts with no data (and a fresh initial revision, above
+//! every earlier one), and the writes the old cluster's running members
+//! still hold in memory are not carried over; the startup log says which
+//! members held what. The others then join the etcd way: MemberAdd, and
+//! start with `--initial-cluster-state existing`.
+//!
+//! [`resume`] is the same start for the seed of a whole cluster resuming
+//! by itself (`resume.rs`).
 //!
 //! Refused while a member that answers has a leader: the old cluster (or
 //! an earlier forced one) works, and forcing would split it into two

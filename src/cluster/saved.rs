@@ -20,16 +20,15 @@
 //! Raft state could elect two leaders or lose committed entries. So a
 //! saved state is never used to rejoin a running cluster (the member
 //! catches up from the leader as a member restarted without state does,
-//! `rejoin.rs`), and a whole cluster resumes from ONE member's file: the
-//! member with the newest one is started with `--force-new-cluster`
-//! (`force.rs`), becomes a one-member cluster holding that state (with a
-//! fresh revision above every earlier one when `--revision-continuity` is
-//! on), and the others are added back the etcd way. What the other files
-//! held beyond it, and every write after the chosen file was written, is
-//! lost, as a crash loses the writes after the last `--data-dir` snapshot
-//! in single-member mode. A member started without the flag while no
-//! member that answers has a leader refuses to start and says what its
-//! file holds (`join.rs`).
+//! `rejoin.rs`), and a whole cluster resumes from ONE member's file: by
+//! itself through the first member of `--initial-cluster` once a majority
+//! waits (`resume.rs`), or through the member an operator starts with
+//! `--force-new-cluster` (`force.rs`). That member's cluster holds the
+//! state (with a fresh revision above every earlier one when
+//! `--revision-continuity` is on) and the others catch up from it. What
+//! the other files held beyond it, and every write after the chosen file
+//! was written, is lost, as a crash loses the writes after the last
+//! `--data-dir` snapshot in single-member mode.
 
 use super::members::{Boot, Members};
 use crate::mvcc::snapshot::{self, Snapshot};

@@ -134,7 +134,13 @@ async fn resumed(m: &ClusterMember, last: i64, lease_id: i64) -> i64 {
     .await
     .expect("ttl")
     .into_inner();
-    assert!(ttl.ttl > 3000 && ttl.ttl <= 3600, "remaining {}", ttl.ttl);
+    assert!(
+        ttl.ttl > 3000 && ttl.ttl <= 3600,
+        "remaining {} of {} through {}",
+        ttl.ttl,
+        ttl.granted_ttl,
+        m.endpoint()
+    );
     at
 }
 

@@ -11,7 +11,8 @@
 //! the node IPs are loopback addresses (127.0.2.10-12, edited into the
 //! template the way step 3 of its header tells operators to), each
 //! member's loopback listeners (`127.0.0.1:2479` and `:2481`) move to its
-//! node IP, and the certificate paths point into a temporary directory.
+//! node IP, and the certificate and data paths point into a temporary
+//! directory.
 
 use std::io::{Read, Write};
 use std::path::Path;
@@ -180,6 +181,10 @@ fn the_cluster_static_pods_form_one_cluster_with_their_own_flags() {
                         "/etc/kubernetes/pki/etcd/ca.crt",
                         &dir.join("etcd-ca.crt").display().to_string(),
                     )
+                    .replace(
+                        "--data-dir=/var/lib/ephd",
+                        &format!("--data-dir={}", dir.join(format!("data-{name}")).display()),
+                    )
             })
             .collect();
         assert!(
@@ -191,6 +196,12 @@ fn the_cluster_static_pods_form_one_cluster_with_their_own_flags() {
                 .iter()
                 .any(|f| f.starts_with("--peer-client-cert-auth=true")),
             "{flags:?}"
+        );
+        assert!(
+            flags
+                .iter()
+                .any(|f| f.starts_with(&format!("--data-dir={}", dir.display()))),
+            "the data directory moved into the test's: {flags:?}"
         );
         let child = Command::new(env!("CARGO_BIN_EXE_ephd"))
             .args(&flags)
