@@ -12,7 +12,7 @@ use super::auth_change;
 use crate::auth::AuthInfo;
 use crate::mvcc::{AlarmAction, Entry};
 use crate::proto::ephd::internal::{
-    raft_entry::Request, AuthorizedBy, InitialRevision, LeaseCheckpoint, LeaseCheckpoints,
+    raft_entry::Request, AuthorizedBy, InitialRevision, LeaseCheckpoint, LeaseCheckpoints, Limits,
     RaftEntry,
 };
 use crate::proto::etcdserverpb as pb;
@@ -66,6 +66,11 @@ pub fn encode(proposer: u64, proposal: u64, term: u64, entry: Entry) -> Vec<u8> 
                 .collect(),
         }),
         Entry::Initialize { revision } => Request::InitialRevision(InitialRevision { revision }),
+        Entry::Limits(l) => Request::Limits(Limits {
+            max_txn_ops: l.max_txn_ops as u64,
+            quota_bytes: l.quota_bytes.unwrap_or(0),
+            adopt_unknown_ttl: l.adopt_unknown_ttl.unwrap_or(0),
+        }),
         Entry::Alarm {
             action,
             member_id,
@@ -120,6 +125,11 @@ pub fn decode(data: Bytes) -> Result<Proposal, String> {
         Some(Request::InitialRevision(r)) => Entry::Initialize {
             revision: r.revision,
         },
+        Some(Request::Limits(l)) => Entry::Limits(crate::mvcc::Limits {
+            max_txn_ops: usize::try_from(l.max_txn_ops).unwrap_or(usize::MAX),
+            quota_bytes: Some(l.quota_bytes).filter(|q| *q > 0),
+            adopt_unknown_ttl: Some(l.adopt_unknown_ttl).filter(|t| *t > 0),
+        }),
         Some(Request::Alarm(r)) => Entry::Alarm {
             action: match r.action {
                 1 => AlarmAction::Activate,
@@ -264,6 +274,16 @@ mod tests {
             Entry::Initialize {
                 revision: 1_700_000_000_000_000,
             },
+            Entry::Limits(crate::mvcc::Limits {
+                max_txn_ops: 64,
+                quota_bytes: Some(8 << 30),
+                adopt_unknown_ttl: Some(3660),
+            }),
+            Entry::Limits(crate::mvcc::Limits {
+                max_txn_ops: 128,
+                quota_bytes: None,
+                adopt_unknown_ttl: None,
+            }),
             Entry::Alarm {
                 action: AlarmAction::Get,
                 member_id: 0,

@@ -87,9 +87,9 @@ impl InitialGate {
 }
 
 /// Whether `entry` waits for the initial revision: every entry but the
-/// initial-revision entry itself.
+/// initial-revision entry itself and the limits (which write nothing).
 pub(super) fn holds(entry: &Entry) -> bool {
-    !matches!(entry, Entry::Initialize { .. })
+    !matches!(entry, Entry::Initialize { .. } | Entry::Limits(_))
 }
 
 /// Whether `store` has had its initial revision: it holds

@@ -253,7 +253,7 @@ impl Recipes {
                 .await?;
             return Ok(granted.id);
         }
-        if check && self.store.config().lessor.adopt_unknown_ttl.is_some() {
+        if check && self.store.limits().adopt_unknown_ttl.is_some() {
             if let Some(node) = self.proposer.node() {
                 node.read_barrier().await?;
             }
@@ -440,7 +440,7 @@ impl Recipes {
     pub async fn proclaim(&self, leader: Option<LeaderKey>, value: Bytes) -> Result<i64> {
         let mut leader = leader.ok_or(RecipeError::MissingLeaderKey)?;
         leader.lease = self.session(leader.lease, false).await?;
-        if self.store.config().lessor.adopt_unknown_ttl.is_some()
+        if self.store.limits().adopt_unknown_ttl.is_some()
             && self.store.lease_time_to_live(leader.lease, false).ttl == -1
         {
             // etcd's order: the compare decides first, then the put's lease.

@@ -78,6 +78,8 @@ struct Inner {
 /// Owner of all leases; see the module docs.
 pub struct Lessor {
     config: LessorConfig,
+    /// `config.adopt_unknown_ttl` as replicated in a cluster (0: none).
+    adopt: AtomicI64,
     inner: Mutex<Inner>,
     has_unarmed: AtomicBool,
     next_id: AtomicI64,
@@ -90,6 +92,7 @@ impl Lessor {
         // different runs rarely collide in a client's cache.
         let base = (rand::random::<u64>() >> 2) as i64 | 1;
         Lessor {
+            adopt: AtomicI64::new(config.adopt_unknown_ttl.unwrap_or(0)),
             config,
             inner: Mutex::new(Inner {
                 leases: HashMap::new(),
@@ -99,6 +102,12 @@ impl Lessor {
             has_unarmed: AtomicBool::new(false),
             next_id: AtomicI64::new(base),
         }
+    }
+
+    /// Sets the TTL unknown lease IDs are adopted with (`None`: refused),
+    /// as a cluster replicates it (`mvcc/limits.rs`).
+    pub fn set_adopt_unknown_ttl(&self, ttl: Option<i64>) {
+        self.adopt.store(ttl.unwrap_or(0), Ordering::Relaxed);
     }
 
     /// The settings in force.
@@ -169,7 +178,7 @@ impl Lessor {
         let mut inner = self.inner.lock();
         for (id, _) in attachments {
             if !inner.leases.contains_key(id) {
-                match self.config.adopt_unknown_ttl {
+                match Some(self.adopt.load(Ordering::Relaxed)).filter(|t| *t > 0) {
                     Some(ttl) => {
                         let ttl = ttl.clamp(self.config.min_ttl, MAX_LEASE_TTL);
                         self.insert_unarmed(&mut inner, *id, ttl);

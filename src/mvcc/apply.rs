@@ -127,6 +127,11 @@ impl Store {
                 let revision = resp.revision;
                 Ok((Applied::Initialize { revision }, at))
             }
+            Entry::Limits(limits) => {
+                self.set_limits(limits);
+                let revision = self.current_revision();
+                Ok((Applied::Limits { revision }, 0))
+            }
             Entry::Alarm {
                 action,
                 member_id,
@@ -167,7 +172,7 @@ impl Store {
     /// is refused, not applied). Depends only on the store's contents, so
     /// every member decides the same.
     fn check_quota(&self, cost: i64) -> Result<()> {
-        let Some(quota) = self.config().quota_bytes else {
+        let Some(quota) = self.limits().quota_bytes else {
             return Ok(());
         };
         let used = self.stats().memory_bytes();
@@ -195,7 +200,7 @@ impl Store {
     fn check_put_lease(&self, req: &PutRequest) -> Result<()> {
         if req.lease != 0
             && !self.lessor().contains(req.lease)
-            && self.config().lessor.adopt_unknown_ttl.is_none()
+            && self.limits().adopt_unknown_ttl.is_none()
         {
             return Err(Error::LeaseNotFound);
         }
@@ -205,7 +210,7 @@ impl Store {
     /// Validates a txn, then answers it from a read view when it only reads
     /// or writes it (`write.rs`).
     fn apply_txn(&self, req: TxnRequest) -> Result<(TxnResponse, i64)> {
-        validate::check_txn(&req, self.config().max_txn_ops)?;
+        validate::check_txn(&req, self.limits().max_txn_ops)?;
         if validate::is_read_only(&req) {
             return self.read_txn(&req).map(|r| (r, 0));
         }

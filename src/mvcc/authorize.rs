@@ -45,6 +45,7 @@ impl Store {
             Entry::Compact { .. }
             | Entry::LeaseCheckpoint { .. }
             | Entry::Initialize { .. }
+            | Entry::Limits(_)
             | Entry::LeaseGrant { .. }
             | Entry::Alarm { .. }
             | Entry::Authorized { .. } => Ok(()),

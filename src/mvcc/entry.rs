@@ -55,6 +55,9 @@ pub enum Entry {
         /// The initial revision.
         revision: i64,
     },
+    /// A cluster's apply-affecting settings, replicated by its leader
+    /// (`limits.rs`): every member applies entries under them from here on.
+    Limits(super::Limits),
     /// Raise, clear or list alarms.
     Alarm {
         /// What to do.
@@ -117,6 +120,11 @@ pub enum Applied {
     },
     /// Result of [`Entry::Initialize`]: the current revision afterwards.
     Initialize {
+        /// The header revision.
+        revision: i64,
+    },
+    /// Result of [`Entry::Limits`]: the current revision (unchanged).
+    Limits {
         /// The header revision.
         revision: i64,
     },

@@ -66,6 +66,9 @@ pub struct StoreImage {
     pub leases: Vec<ImageLease>,
     /// Every raised alarm.
     pub alarms: Vec<AlarmMember>,
+    /// The limits in force when they were replicated (`limits.rs`);
+    /// `None`: the store's own flags, which an install leaves alone.
+    pub limits: Option<super::Limits>,
 }
 
 impl Store {
@@ -110,6 +113,7 @@ impl Store {
             events,
             leases,
             alarms: self.alarm_table().all(),
+            limits: self.limits_replicated().then(|| self.limits()),
         }
     }
 
@@ -178,6 +182,9 @@ impl Store {
             for a in image.alarms {
                 self.alarm_table()
                     .apply(AlarmAction::Activate, a.member_id, a.alarm);
+            }
+            if let Some(limits) = image.limits {
+                self.set_limits(limits);
             }
         }
         self.log().publish(image.revision);

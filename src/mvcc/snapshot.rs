@@ -81,6 +81,16 @@ struct Meta {
     raft_index: u64,
     #[prost(uint64, tag = "5")]
     raft_term: u64,
+    /// The replicated limits (`limits.rs`), when any: max txn ops, quota
+    /// (0: none), adopt TTL (0: none).
+    #[prost(bool, tag = "6")]
+    has_limits: bool,
+    #[prost(uint64, tag = "7")]
+    max_txn_ops: u64,
+    #[prost(int64, tag = "8")]
+    quota_bytes: i64,
+    #[prost(int64, tag = "9")]
+    adopt_unknown_ttl: i64,
 }
 
 /// One key's history; the versions' key-values leave `key` empty (it is
@@ -196,6 +206,10 @@ pub fn encode(snap: &Snapshot) -> Vec<u8> {
         applied_count: image.applied_count,
         raft_index: snap.raft_index,
         raft_term: snap.raft_term,
+        has_limits: image.limits.is_some(),
+        max_txn_ops: image.limits.map_or(0, |l| l.max_txn_ops as u64),
+        quota_bytes: image.limits.and_then(|l| l.quota_bytes).unwrap_or(0),
+        adopt_unknown_ttl: image.limits.and_then(|l| l.adopt_unknown_ttl).unwrap_or(0),
     };
     w.record(KIND_META, &meta.encode_to_vec());
     for (key, versions) in &image.keys {
@@ -319,6 +333,11 @@ pub fn decode(bytes: &[u8]) -> Result<Snapshot, String> {
             revision: rev,
             compacted,
             applied_count: meta.applied_count,
+            limits: meta.has_limits.then(|| super::Limits {
+                max_txn_ops: usize::try_from(meta.max_txn_ops).unwrap_or(usize::MAX),
+                quota_bytes: Some(meta.quota_bytes).filter(|q| *q > 0),
+                adopt_unknown_ttl: Some(meta.adopt_unknown_ttl).filter(|t| *t > 0),
+            }),
             ..Default::default()
         },
         sections: Sections::default(),

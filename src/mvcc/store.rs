@@ -81,6 +81,7 @@ pub struct Store {
     alarms: Alarms,
     auth: AuthStore,
     stats: Stats,
+    limits: super::limits::LimitsCell,
     config: StoreConfig,
 }
 
@@ -102,6 +103,11 @@ impl Store {
             alarms: Alarms::default(),
             auth: AuthStore::new(config.auth.clone()),
             stats: Stats::default(),
+            limits: super::limits::LimitsCell::new(super::Limits {
+                max_txn_ops: config.max_txn_ops,
+                quota_bytes: config.quota_bytes,
+                adopt_unknown_ttl: config.lessor.adopt_unknown_ttl,
+            }),
             config,
         }
     }
@@ -130,6 +136,10 @@ impl Store {
     /// Size and apply counters.
     pub fn stats(&self) -> &Stats {
         &self.stats
+    }
+
+    pub(super) fn limits_cell(&self) -> &super::limits::LimitsCell {
+        &self.limits
     }
 
     /// The settings in force.

@@ -78,7 +78,7 @@ impl Store {
 
         let mut changes = false;
         let mut attachments: Vec<(i64, Bytes)> = Vec::new();
-        let adopting = self.config().lessor.adopt_unknown_ttl.is_some();
+        let adopting = self.limits().adopt_unknown_ttl.is_some();
         path.visit(req, &mut |op| {
             match op {
                 RequestOp::Put(p) => {

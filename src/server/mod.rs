@@ -5,6 +5,7 @@
 mod accept;
 mod bootstrap;
 mod initial;
+mod limits;
 pub mod memory;
 mod responder;
 mod restore;
@@ -358,6 +359,7 @@ impl Server {
         if self.config.revision_continuity {
             tokio::spawn(initial::propose_initial_revision(self.shared.clone()));
         }
+        tokio::spawn(limits::replicate_limits(self.shared.clone()));
         // The safety net runs unless auto-compaction is configured or it is
         // set to 0; an exact-etcd mode would turn it off here.
         let policy = CompactionPolicy::from_flags(

@@ -17,6 +17,7 @@ mod cluster_force;
 mod cluster_initial;
 mod cluster_leader;
 mod cluster_learner;
+mod cluster_limits;
 mod cluster_members;
 mod cluster_move_leader;
 mod cluster_rejoin;

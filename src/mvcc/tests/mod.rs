@@ -3,6 +3,7 @@
 
 mod determinism;
 mod image;
+mod limits;
 mod quota;
 mod semantics;
 
