@@ -13,7 +13,8 @@ mod load;
 mod yaml;
 
 pub use cluster::{
-    member_id, ClusterConfig, Member, PeerTls, DEFAULT_CATCHUP_ENTRIES, DEFAULT_SNAPSHOT_COUNT,
+    member_id, ClusterConfig, Member, PeerAllowed, PeerTls, DEFAULT_CATCHUP_ENTRIES,
+    DEFAULT_SNAPSHOT_COUNT,
 };
 pub use exposure::check_client_exposure;
 pub use load::{load, load_from, LoadError, Loaded, Notice};

@@ -95,6 +95,21 @@ pub struct PeerTls {
     /// `--peer-client-cert-auth`: only members presenting a certificate
     /// signed by the trusted CA may send Raft messages.
     pub client_cert_auth: bool,
+    /// `--peer-cert-allowed-cn` or `--peer-cert-allowed-hostname`: what a
+    /// connecting member's certificate must also name.
+    pub allowed: Option<PeerAllowed>,
+}
+
+/// A further condition on the certificate a member connecting to the peer
+/// port presents, beyond a chain to the peer CA (etcd's flags of the same
+/// names; one or the other, as etcd 3.5 requires).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PeerAllowed {
+    /// `--peer-cert-allowed-cn`: its subject's common name is exactly this.
+    Cn(String),
+    /// `--peer-cert-allowed-hostname`: it is valid for this host name (a
+    /// DNS or IP subject alternative name, wildcards as TLS allows).
+    Hostname(String),
 }
 
 impl ClusterConfig {
@@ -189,6 +204,8 @@ pub(super) struct Flags<'a> {
     pub peer_key_file: Option<&'a str>,
     pub peer_trusted_ca_file: Option<&'a str>,
     pub peer_client_cert_auth: Option<&'a str>,
+    pub peer_cert_allowed_cn: Option<&'a str>,
+    pub peer_cert_allowed_hostname: Option<&'a str>,
 }
 
 /// Peer TLS from its flags, checked against the peer URLs: every peer URL
@@ -220,11 +237,14 @@ fn peer_tls(flags: &Flags<'_>, urls: &[&String]) -> Result<Option<PeerTls>, Stri
     }
     let https = urls.iter().filter(|u| u.starts_with("https://")).count();
     if https == 0 {
-        if cert.is_some() || key.is_some() || ca.is_some() || client_cert_auth {
+        let named = |v: Option<&str>| v.is_some_and(|v| !v.trim().is_empty());
+        let allowed = named(flags.peer_cert_allowed_cn) || named(flags.peer_cert_allowed_hostname);
+        if cert.is_some() || key.is_some() || ca.is_some() || client_cert_auth || allowed {
             return Err(
-                "--peer-cert-file, --peer-key-file, --peer-trusted-ca-file and \
-                 --peer-client-cert-auth need https:// peer URLs (--listen-peer-urls, \
-                 --initial-advertise-peer-urls and every member in --initial-cluster)"
+                "--peer-cert-file, --peer-key-file, --peer-trusted-ca-file, \
+                 --peer-client-cert-auth and --peer-cert-allowed-cn/-hostname need https:// \
+                 peer URLs (--listen-peer-urls, --initial-advertise-peer-urls and every member \
+                 in --initial-cluster)"
                     .to_string(),
             );
         }
@@ -241,12 +261,14 @@ fn peer_tls(flags: &Flags<'_>, urls: &[&String]) -> Result<Option<PeerTls>, Stri
              the same scheme"
         ));
     }
+    let allowed = allowed(flags, client_cert_auth)?;
     match (cert, key, ca) {
         (Some(cert), Some(key), Some(ca)) => Ok(Some(PeerTls {
             cert,
             key,
             ca,
             client_cert_auth,
+            allowed,
         })),
         _ => Err(
             "https:// peer URLs need --peer-cert-file, --peer-key-file and \
@@ -254,6 +276,35 @@ fn peer_tls(flags: &Flags<'_>, urls: &[&String]) -> Result<Option<PeerTls>, Stri
                 .to_string(),
         ),
     }
+}
+
+/// `--peer-cert-allowed-cn` / `--peer-cert-allowed-hostname`: one or the
+/// other, and only where connecting members present certificates.
+fn allowed(flags: &Flags<'_>, client_cert_auth: bool) -> Result<Option<PeerAllowed>, String> {
+    let text = |v: Option<&str>| v.map(str::trim).filter(|v| !v.is_empty()).map(String::from);
+    let allowed = match (
+        text(flags.peer_cert_allowed_cn),
+        text(flags.peer_cert_allowed_hostname),
+    ) {
+        (None, None) => return Ok(None),
+        (Some(cn), Some(hostname)) => {
+            return Err(format!(
+                "--peer-cert-allowed-cn {cn:?} and --peer-cert-allowed-hostname {hostname:?} \
+                 are mutually exclusive (as in etcd 3.5): give one"
+            ))
+        }
+        (Some(cn), None) => PeerAllowed::Cn(cn),
+        (None, Some(hostname)) => PeerAllowed::Hostname(hostname),
+    };
+    if !client_cert_auth {
+        return Err(
+            "--peer-cert-allowed-cn and --peer-cert-allowed-hostname need \
+             --peer-client-cert-auth=true: without it members connect without a certificate \
+             to check"
+                .to_string(),
+        );
+    }
+    Ok(Some(allowed))
 }
 
 fn urls(v: Option<&str>) -> Vec<String> {
@@ -463,6 +514,37 @@ mod tests {
         let tls = build("a", m(), &files).unwrap().peer_tls.unwrap();
         assert_eq!(tls.cert, PathBuf::from("/p/peer.crt"));
         assert!(tls.client_cert_auth);
+        assert_eq!(tls.allowed, None);
+        // An allowed CN or host name: one or the other, with client certs.
+        let cn = Flags {
+            peer_cert_allowed_cn: Some("ephd-member"),
+            ..files
+        };
+        let tls = build("a", m(), &cn).unwrap().peer_tls.unwrap();
+        assert_eq!(tls.allowed, Some(PeerAllowed::Cn("ephd-member".into())));
+        let host = Flags {
+            peer_cert_allowed_hostname: Some("peer.example"),
+            ..files
+        };
+        let tls = build("a", m(), &host).unwrap().peer_tls.unwrap();
+        assert_eq!(
+            tls.allowed,
+            Some(PeerAllowed::Hostname("peer.example".into()))
+        );
+        let both = Flags {
+            peer_cert_allowed_cn: Some("ephd-member"),
+            ..host
+        };
+        assert!(build("a", m(), &both)
+            .unwrap_err()
+            .contains("mutually exclusive"));
+        let unchecked = Flags {
+            peer_client_cert_auth: Some("false"),
+            ..cn
+        };
+        assert!(build("a", m(), &unchecked)
+            .unwrap_err()
+            .contains("need --peer-client-cert-auth=true"));
         // One plaintext member among TLS ones is refused.
         let mixed =
             parse_members("a=https://10.0.0.1:2380,b=http://10.0.0.2:2380,c=https://10.0.0.3:2380")

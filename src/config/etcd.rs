@@ -422,17 +422,14 @@ const CLUSTER_FLAGS: &[&str] = &[
     "peer-key-file",
     "peer-client-cert-auth",
     "peer-trusted-ca-file",
+    "peer-cert-allowed-cn",
+    "peer-cert-allowed-hostname",
 ];
 
 /// Peer TLS flags cluster mode does not build: in cluster mode, asking for
 /// them is refused rather than ignored, so a peer check the operator asked
 /// for is never silently missing.
-const PEER_TLS_FLAGS: &[&str] = &[
-    "peer-cert-allowed-cn",
-    "peer-cert-allowed-hostname",
-    "peer-auto-tls",
-    "peer-crl-file",
-];
+const PEER_TLS_FLAGS: &[&str] = &["peer-auto-tls", "peer-crl-file"];
 
 /// Judges every compat flag that was given: the warnings to log, or the
 /// first refusal; and cluster mode's settings when `--initial-cluster`
@@ -497,6 +494,8 @@ pub(super) fn judge(
         peer_key_file: flag("peer-key-file"),
         peer_trusted_ca_file: flag("peer-trusted-ca-file"),
         peer_client_cert_auth: flag("peer-client-cert-auth"),
+        peer_cert_allowed_cn: flag("peer-cert-allowed-cn"),
+        peer_cert_allowed_hostname: flag("peer-cert-allowed-hostname"),
         snapshot_count: flag("snapshot-count"),
         catchup_entries: flag("experimental-snapshot-catchup-entries"),
     };

@@ -183,11 +183,21 @@ fn other_members_in_the_initial_cluster_mean_cluster_mode() {
             "--name=m1",
             "--initial-cluster=m1=http://10.0.0.1:2380,m2=http://10.0.0.2:2380",
             "--initial-advertise-peer-urls=http://10.0.0.1:2380",
-            "--peer-cert-allowed-cn=etcd",
+            "--peer-crl-file=/etc/crl.pem",
         ],
         &[],
     ));
     assert!(m.contains("does not have it yet"), "{m}");
+    let m = invalid(load(
+        &[
+            "--name=m1",
+            "--initial-cluster=m1=http://10.0.0.1:2380,m2=http://10.0.0.2:2380",
+            "--initial-advertise-peer-urls=http://10.0.0.1:2380",
+            "--peer-cert-allowed-cn=etcd",
+        ],
+        &[],
+    ));
+    assert!(m.contains("need https://"), "{m}");
     // --data-dir is taken in cluster mode (cluster/saved.rs).
     let l = load(
         &[

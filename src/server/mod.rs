@@ -7,6 +7,7 @@ mod bootstrap;
 mod initial;
 mod limits;
 pub mod memory;
+mod peer_identity;
 mod responder;
 mod restore;
 pub mod revisions;

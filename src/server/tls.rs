@@ -23,6 +23,7 @@
 //! client cannot resume a session that was authenticated under the previous
 //! CA bundle, so removing a CA takes effect for new connections at once.
 
+use super::peer_identity::AllowedPeer;
 use super::x509;
 use crate::config::{Config, PeerTls};
 use futures::{Stream, StreamExt};
@@ -76,6 +77,9 @@ struct Files {
     key: PathBuf,
     ca: Option<PathBuf>,
     client_cert_auth: bool,
+    /// Peer listeners: what a connecting member's certificate must name
+    /// (`peer_identity.rs`).
+    allowed: Option<crate::config::PeerAllowed>,
     flags: FlagNames,
 }
 
@@ -129,6 +133,7 @@ impl Files {
             key,
             ca: config.trusted_ca_file.clone(),
             client_cert_auth: config.client_cert_auth,
+            allowed: None,
             flags: CLIENT_FLAGS,
         })
     }
@@ -139,6 +144,7 @@ impl Files {
             key: peer.key.clone(),
             ca: Some(peer.ca.clone()),
             client_cert_auth: peer.client_cert_auth,
+            allowed: peer.allowed.clone(),
             flags: PEER_FLAGS,
         }
     }
@@ -200,6 +206,10 @@ impl Files {
                 let verifier = verifier
                     .build()
                     .map_err(|e| format!("{} {}: {e}", self.flags.ca, path.display()))?;
+                let verifier = match &self.allowed {
+                    Some(allowed) => AllowedPeer::wrap(verifier, allowed.clone()),
+                    None => verifier,
+                };
                 (builder.with_client_cert_verifier(verifier), trusted)
             }
             _ => (builder.with_no_client_auth(), 0),

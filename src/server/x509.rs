@@ -39,6 +39,40 @@ const VERSION: u8 = 0xa0;
 /// Summarizes a DER-encoded certificate, or `None` if its layout is not
 /// the one RFC 5280 describes.
 pub(super) fn summarize(der: &[u8]) -> Option<Summary> {
+    let (serial, validity, subject) = fields(der)?;
+    let (_not_before, validity) = time(validity)?;
+    let (not_after, _) = time(validity)?;
+    Some(Summary {
+        subject: name(subject)?,
+        serial: hex(serial.strip_prefix(&[0]).unwrap_or(serial)),
+        not_after: not_after.rfc3339(),
+        not_after_unix: not_after.unix(),
+    })
+}
+
+/// The subject's common name (the last CN attribute, as Go's
+/// `Subject.CommonName` reads it), what `--peer-cert-allowed-cn` compares.
+pub(super) fn common_name(der: &[u8]) -> Option<String> {
+    let (_, _, mut rdns) = fields(der)?;
+    let mut cn = None;
+    while !rdns.is_empty() {
+        let (mut set, rest) = expect(rdns, SET)?;
+        rdns = rest;
+        while !set.is_empty() {
+            let (attribute, rest) = expect(set, SEQUENCE)?;
+            set = rest;
+            let (oid, value) = expect(attribute, OID)?;
+            let (tag, value, _) = tlv(value)?;
+            if oid == [0x55, 0x04, 0x03] {
+                cn = Some(attribute_value(tag, value));
+            }
+        }
+    }
+    cn
+}
+
+/// The serial number, validity and subject of a DER certificate.
+fn fields(der: &[u8]) -> Option<(&[u8], &[u8], &[u8])> {
     let (cert, _) = expect(der, SEQUENCE)?;
     let (tbs, _) = expect(cert, SEQUENCE)?;
     let mut rest = tbs;
@@ -51,14 +85,7 @@ pub(super) fn summarize(der: &[u8]) -> Option<Summary> {
     let (_issuer, rest) = expect(rest, SEQUENCE)?;
     let (validity, rest) = expect(rest, SEQUENCE)?;
     let (subject, _) = expect(rest, SEQUENCE)?;
-    let (_not_before, validity) = time(validity)?;
-    let (not_after, _) = time(validity)?;
-    Some(Summary {
-        subject: name(subject)?,
-        serial: hex(serial.strip_prefix(&[0]).unwrap_or(serial)),
-        not_after: not_after.rfc3339(),
-        not_after_unix: not_after.unix(),
-    })
+    Some((serial, validity, subject))
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -318,6 +345,25 @@ mod tests {
         assert_eq!(s.not_after, "2026-12-03T02:05:57Z");
         // date -u -d 2026-12-03T02:05:57Z +%s
         assert_eq!(s.not_after_unix, 1_796_263_557);
+        assert_eq!(common_name(&der).as_deref(), Some("ephd-server"));
+    }
+
+    #[test]
+    fn the_common_name_is_the_last_cn_and_none_without_one() {
+        let two = [
+            rdn(&[0x55, 0x04, 0x03], 0x0c, "first"),
+            rdn(&[0x55, 0x04, 0x0a], 0x0c, "org"),
+            rdn(&[0x55, 0x04, 0x03], 0x13, "second"),
+        ]
+        .concat();
+        let der = certificate(&[1], el(UTC_TIME, b"491231235959Z"), two);
+        assert_eq!(common_name(&der).as_deref(), Some("second"));
+        let none = rdn(&[0x55, 0x04, 0x0a], 0x0c, "org");
+        let der = certificate(&[1], el(UTC_TIME, b"491231235959Z"), none);
+        assert_eq!(common_name(&der), None);
+        for cut in 0..der.len() {
+            assert_eq!(common_name(&der[..cut]), None, "cut at {cut}");
+        }
     }
 
     #[test]

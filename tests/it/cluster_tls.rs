@@ -105,3 +105,52 @@ async fn members_replicate_over_peer_tls_and_turn_away_untrusted_peers() {
     assert!(rev > last);
     assert_eq!(same_everywhere(&cluster, rev).await.len(), 4);
 }
+
+/// `--peer-cert-allowed-cn` and `--peer-cert-allowed-hostname`: a cluster
+/// whose members' certificates name what is allowed forms and replicates,
+/// and the peer port turns away a certificate of the same CA that names
+/// something else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_allowed_cn_or_host_name_turns_away_other_certificates_of_the_peer_ca() {
+    let dir = tempfile::tempdir().unwrap();
+    peer_certs(dir.path());
+    // Same CA, same usages, another CN and host name.
+    std::fs::write(
+        dir.path().join("other.ext"),
+        "subjectAltName=DNS:other.example\nextendedKeyUsage=serverAuth,clientAuth\n",
+    )
+    .unwrap();
+    issue(dir.path(), "peer-ca", "other", "other.ext", "other-member");
+    let path = |f: &str| dir.path().join(f).display().to_string();
+    for allowed in [
+        "--peer-cert-allowed-cn=ephd-member",
+        "--peer-cert-allowed-hostname=localhost",
+    ] {
+        let files = [
+            format!("--peer-cert-file={}", path("peer.crt")),
+            format!("--peer-key-file={}", path("peer.key")),
+            format!("--peer-trusted-ca-file={}", path("peer-ca.crt")),
+            "--peer-client-cert-auth=true".to_string(),
+            allowed.to_string(),
+        ];
+        let mut args: Vec<&str> = TIMING.to_vec();
+        args.extend(files.iter().map(String::as_str));
+        let cluster = EphdCluster::start_with_peer_scheme(3, &args, "https");
+        let (leader, _) = agreed_leader(&cluster, None).await;
+        let rev = put(cluster.member(leader).unwrap(), "allowed", "yes").await;
+        same_everywhere(&cluster, rev).await;
+
+        let port = cluster.member(leader).unwrap().peer_port();
+        let https = format!("https://127.0.0.1:{port}");
+        let other = send_empty_batch(&https, dir.path(), Some("other")).await;
+        assert!(other.is_err(), "{allowed}: another name got in: {other:?}");
+        send_empty_batch(&https, dir.path(), Some("peer"))
+            .await
+            .unwrap_or_else(|e| panic!("{allowed}: the allowed name refused: {e}"));
+        let logs = cluster.logs();
+        assert!(
+            logs.contains("peer connection refused: its certificate"),
+            "{allowed}: {logs}"
+        );
+    }
+}
