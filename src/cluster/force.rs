@@ -47,8 +47,9 @@ pub(super) fn boot(
 
 /// The seed of a whole cluster resuming its saved state (`resume.rs`): as
 /// [`boot`] with `saved`, except that every other member is replaced by a
-/// voter with the same peer URLs under a new ID, not started yet, which it
-/// starts as (`join.rs`) when it finds this member running.
+/// learner with the same peer URLs under a new ID, not started yet, which
+/// it starts as (`join.rs`) when it finds this member leading, and is
+/// promoted once caught up.
 pub(super) fn resume(
     config: &ClusterConfig,
     client_urls: Vec<String>,
@@ -146,9 +147,10 @@ fn forced(
 /// `initial` with every member but `me` removed (so none of their IDs can
 /// vote or join again), `me` a voter (a saved state may hold it as a
 /// learner that had not been promoted yet). With `relearn` (the cluster's
-/// token), each removed member's peer URLs come back as a voter not
-/// started yet under a new ID (a new ID has never voted, so an empty log
-/// behind it is safe, as for a member MemberAdd added).
+/// token), each removed member's peer URLs come back as a learner not
+/// started yet under a new ID: learners with empty logs never vote, so
+/// they cannot elect one of themselves over the member holding the state
+/// (two unstarted voters would be a majority of three).
 fn alone(initial: &Membership, me: u64, relearn: Option<&str>) -> Membership {
     let mut m = initial.clone();
     if m.get(me).is_some_and(|x| x.is_learner) {
@@ -168,13 +170,13 @@ fn alone(initial: &Membership, me: u64, relearn: Option<&str>) -> Membership {
             })
             .find(|id| *id != 0 && m.get(*id).is_none() && !m.is_removed(*id))
             .unwrap_or_default();
-        let _ = m.apply(&Change::Add(MemberInfo {
+        m.add_resumed_learner(MemberInfo {
             id: fresh,
             name: String::new(),
             peer_urls: other.peer_urls,
             client_urls: Vec::new(),
-            is_learner: false,
-        }));
+            is_learner: true,
+        });
     }
     m
 }
@@ -305,7 +307,7 @@ mod tests {
     }
 
     #[test]
-    fn the_resuming_seed_gives_every_other_member_a_new_unstarted_voter_id() {
+    fn the_resuming_seed_gives_every_other_member_a_new_unstarted_learner_id() {
         let c = config("a");
         let (a, b, cc) = (c.members[0].id, c.members[1].id, c.members[2].id);
         let saved = Saved {
@@ -324,11 +326,12 @@ mod tests {
         let boot = resume(&c, vec![], initial(&c), &[], &saved).unwrap();
         assert_eq!((boot.id, boot.resume), (a, Some((12, 2))));
         assert!(boot.initial.is_removed(b) && boot.initial.is_removed(cc));
-        let voters = boot.initial.conf_state().get_voters().to_vec();
-        assert_eq!(voters.len(), 3, "{voters:?}");
+        // The seed alone votes: members with empty logs cannot outvote it.
+        assert_eq!(boot.initial.conf_state().get_voters(), [a]);
+        assert_eq!(boot.initial.conf_state().get_learners().len(), 2);
         for (old, urls) in [(b, &c.members[1].peer_urls), (cc, &c.members[2].peer_urls)] {
             let placed = boot.initial.by_peer_urls(urls).expect("a place for it");
-            assert!(placed.id != old && !placed.is_learner && !placed.has_published());
+            assert!(placed.id != old && placed.is_learner && !placed.has_published());
         }
     }
 

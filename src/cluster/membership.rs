@@ -206,6 +206,16 @@ pub struct Membership {
 }
 
 impl Membership {
+    /// Adds `learner` (a learner with a new ID and free peer URLs) without
+    /// MemberAdd's one-learner limit: a whole cluster resuming saved state
+    /// (`resume.rs`) brings every other member back as a learner at once,
+    /// so that members with empty logs can never outvote the member that
+    /// holds the state; each is promoted once caught up.
+    pub fn add_resumed_learner(&mut self, learner: MemberInfo) {
+        debug_assert!(learner.is_learner && !self.removed.contains(&learner.id));
+        self.members.insert(learner.id, learner);
+    }
+
     /// A membership of `members` (the initial cluster), all voters.
     pub fn of(members: impl IntoIterator<Item = MemberInfo>) -> Membership {
         Membership {

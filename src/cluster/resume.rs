@@ -17,13 +17,15 @@
 //!   leader, or not at all), so a partitioned member never starts a second
 //!   cluster. It starts a cluster holding its saved state (`force.rs`:
 //!   same cluster ID, revisions continue above every earlier one) in
-//!   which every other member is replaced by a voter with the same peer
-//!   URLs under a new ID, not started yet (a new ID never voted, so its
-//!   empty log is safe, as after MemberAdd).
-//! * Every other member waits until a member answers with a leader or with
-//!   such a place for it, then starts as that member, as a member added by
-//!   MemberAdd does (`join.rs`), and catches up by snapshot. Its own saved
-//!   state is not used. The seed is elected once one of them runs.
+//!   which it is the only voter (so it leads at once) and every other
+//!   member is replaced by a learner with the same peer URLs under a new
+//!   ID, not started yet. Not voters: two members with empty logs would
+//!   be a majority of three and could elect one of themselves over the
+//!   member holding the state.
+//! * Every other member waits until a member answers with a leader (or
+//!   with such a place for it), then starts as that learner, as a member
+//!   added by MemberAdd does (`join.rs`), catches up by snapshot and is
+//!   promoted. Its own saved state is not used.
 //!
 //! What is lost: the writes after the seed's file was written (none after
 //! a clean stop of every member, which each ends with a final save), even
@@ -141,9 +143,8 @@ pub(super) fn next(
     saved: &Saved,
     answers: &[(String, ProbeResponse)],
 ) -> Next {
-    // A leader, or the seed running with a place for this member (a voter
-    // with its peer URLs, not started yet: it needs this member to elect
-    // itself).
+    // A leader, or the seed running with a place for this member (a
+    // learner with its peer URLs, not started yet).
     let placed = |r: &ProbeResponse| !r.resuming && r.urls_member != 0 && !r.urls_member_started;
     if answers.iter().any(|(_, r)| r.leader != 0 || placed(r)) {
         return Next::Running;
