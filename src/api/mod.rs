@@ -56,9 +56,6 @@ pub struct ServerInfo {
     pub client_urls: Vec<String>,
     /// Advertised peer URLs (informational only for a single member).
     pub peer_urls: Vec<String>,
-    /// Every member of the initial cluster in cluster mode; empty for a
-    /// single member.
-    pub members: Vec<crate::config::Member>,
     /// Largest write request accepted (`--max-request-bytes`).
     pub max_request_bytes: usize,
     /// Interval of periodic watch progress notifications.
@@ -77,7 +74,6 @@ impl ServerInfo {
             raft_term: 2,
             client_urls,
             peer_urls: vec!["http://localhost:2380".to_string()],
-            members: Vec::new(),
             max_request_bytes: 1_572_864,
             progress_notify_interval: Duration::from_secs(600),
         }

@@ -95,7 +95,7 @@ pub(super) fn holds(entry: &Entry) -> bool {
 /// Whether `store` has had its initial revision: it holds
 /// `compact_rev_key`, or it has jumped (compacted) above revision 0. Used
 /// after installing a snapshot, whose log entries this member never saw.
-pub(super) fn initialized(store: &Store) -> bool {
+pub fn initialized(store: &Store) -> bool {
     if store.compacted_revision() > 0 {
         return true;
     }

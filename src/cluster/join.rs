@@ -192,7 +192,21 @@ async fn probe(config: &ClusterConfig, id: u64) -> Vec<(String, ProbeResponse)> 
         .await
         .into_iter()
         .flatten()
-        .filter(|(_, r)| r.token == config.token)
+        .filter(|(url, r)| {
+            let same = r.token == config.token;
+            if !same {
+                // Another cluster on a URL --initial-cluster names: its
+                // answers do not count, but the operator should know.
+                tracing::warn!(
+                    peer = %url,
+                    token = %r.token,
+                    ours = %config.token,
+                    "a member named in --initial-cluster answers with another \
+                     --initial-cluster-token: it belongs to another cluster and is ignored"
+                );
+            }
+            same
+        })
         .collect()
 }
 
@@ -344,16 +358,7 @@ async fn join(config: &ClusterConfig, client_urls: Vec<String>) -> Result<Boot, 
                         from = %url,
                         "joining a running cluster"
                     );
-                    return Ok(Boot {
-                        id: r.member_id,
-                        cluster_id: r.cluster_id,
-                        initial: Membership::from_state(r.initial.unwrap_or_default()),
-                        current: Membership::from_state(r.current.unwrap_or_default()),
-                        name: config.name.clone(),
-                        client_urls,
-                        promote: false,
-                        resume: None,
-                    });
+                    return Ok(Boot::joined(r, config.name.clone(), client_urls, false));
                 }
                 // A clear refusal (a member removed since, and still
                 // running, may be out of date: ask the others too).

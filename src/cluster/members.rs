@@ -44,6 +44,29 @@ pub struct Boot {
     pub resume: Option<(u64, u64)>,
 }
 
+impl Boot {
+    /// What a member starts with from a running member's answer to a join
+    /// or rejoin (its ID, the cluster's, the log's first and the current
+    /// membership); `promote` when it starts as a learner to promote.
+    pub(super) fn joined(
+        r: crate::proto::ephd::internal::JoinResponse,
+        name: String,
+        client_urls: Vec<String>,
+        promote: bool,
+    ) -> Boot {
+        Boot {
+            id: r.member_id,
+            cluster_id: r.cluster_id,
+            initial: Membership::from_state(r.initial.unwrap_or_default()),
+            current: Membership::from_state(r.current.unwrap_or_default()),
+            name,
+            client_urls,
+            promote,
+            resume: None,
+        }
+    }
+}
+
 /// Membership's shared state, held by the node and its two threads.
 pub(super) struct Members {
     /// The applied membership (changed by the apply thread only).

@@ -30,7 +30,7 @@
 //! serves the rejoin stops between the removal and the addition, the next
 //! start finds the ID removed and is refused: add it with MemberAdd then.
 
-use super::membership::{Change, Membership};
+use super::membership::Change;
 use super::node::Node;
 use crate::config::ClusterConfig;
 use crate::error::Error;
@@ -99,16 +99,7 @@ pub(super) async fn rejoin(
         "this member ran before and restarted without its raft state: its old ID was \
          removed and it rejoins as a learner under a new ID, to be promoted once caught up"
     );
-    Ok(Boot {
-        id: r.member_id,
-        cluster_id: r.cluster_id,
-        initial: Membership::from_state(r.initial.unwrap_or_default()),
-        current: Membership::from_state(r.current.unwrap_or_default()),
-        name: config.name.clone(),
-        client_urls,
-        promote: true,
-        resume: None,
-    })
+    Ok(Boot::joined(r, config.name.clone(), client_urls, true))
 }
 
 /// How long a restarted member asks again while the cluster is not

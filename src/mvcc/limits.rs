@@ -4,10 +4,10 @@
 //! a cluster every member must decide every entry alike, so the leader
 //! replicates its own ([`Entry::Limits`]) and every member applies those,
 //! whatever its flags say (`server/limits.rs`); a snapshot carries them.
+//! The store's side is `store_limits.rs`.
 //!
 //! [`Entry::Limits`]: super::Entry::Limits
 
-use super::store::Store;
 use parking_lot::RwLock;
 
 /// Apply-affecting settings.
@@ -34,51 +34,14 @@ impl LimitsCell {
             now: RwLock::new((limits, false)),
         }
     }
-}
 
-impl Store {
-    /// The limits in force.
-    pub fn limits(&self) -> Limits {
-        self.limits_cell().now.read().0
+    /// The limits in force, and whether they were replicated.
+    pub(super) fn get(&self) -> (Limits, bool) {
+        *self.now.read()
     }
 
-    /// Whether the limits in force were replicated (applied from the log
-    /// or installed with a snapshot) rather than taken from the flags.
-    pub fn limits_replicated(&self) -> bool {
-        self.limits_cell().now.read().1
-    }
-
-    /// The limits this store's own settings (its member's flags) give.
-    pub fn own_limits(&self) -> Limits {
-        let c = self.config();
-        Limits {
-            max_txn_ops: c.max_txn_ops,
-            quota_bytes: c.quota_bytes,
-            adopt_unknown_ttl: c.lessor.adopt_unknown_ttl,
-        }
-    }
-
-    /// Puts `limits` in force, as replicated ones.
-    pub(super) fn set_limits(&self, limits: Limits) {
-        let before = std::mem::replace(&mut *self.limits_cell().now.write(), (limits, true));
-        self.lessor()
-            .set_adopt_unknown_ttl(limits.adopt_unknown_ttl);
-        if before.0 != limits {
-            let own = self.own_limits();
-            if limits == own {
-                tracing::info!(
-                    ?limits,
-                    "limits in force: the leader's, the same as this member's"
-                );
-            } else {
-                tracing::warn!(
-                    ?limits,
-                    flags = ?own,
-                    "limits in force: the leader's, not this member's flags (--max-txn-ops, \
-                     --quota-backend-bytes, --lease-adopt-unknown-ttl): every member applies \
-                     the leader's so that all decide alike; give every member the same values"
-                );
-            }
-        }
+    /// Puts `limits` in force as replicated ones; returns those before.
+    pub(super) fn replace(&self, limits: Limits) -> Limits {
+        std::mem::replace(&mut *self.now.write(), (limits, true)).0
     }
 }

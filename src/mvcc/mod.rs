@@ -48,6 +48,7 @@ mod sequencer;
 pub mod snapshot;
 mod stats;
 mod store;
+mod store_limits;
 mod types;
 mod validate;
 mod view;

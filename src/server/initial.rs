@@ -13,26 +13,18 @@
 
 use super::revisions::REVISIONS_PER_MS;
 use crate::api::Shared;
-use crate::mvcc::{Entry, RangeRequest, Store, COMPACT_REV_KEY};
-use bytes::Bytes;
+use crate::cluster::initialized;
+use crate::mvcc::Entry;
 use std::time::Duration;
 
 /// How often a member looks whether it leads a cluster not yet initialized.
 const TICK: Duration = Duration::from_millis(50);
 
-fn initialized(store: &Store) -> bool {
-    store
-        .range(&RangeRequest {
-            key: Bytes::from_static(COMPACT_REV_KEY.as_bytes()),
-            count_only: true,
-            ..Default::default()
-        })
-        .is_ok_and(|r| r.count > 0)
-}
-
-/// Until the store holds `compact_rev_key`: whenever this member leads,
-/// proposes the initial revision. Runs on every member of a cluster with
-/// revision continuity; ends once the entry is applied here.
+/// Until the store has had its initial revision (it holds
+/// `compact_rev_key`, or installed a snapshot of a store that had):
+/// whenever this member leads, proposes the initial revision. Runs on
+/// every member of a cluster with revision continuity; ends once the
+/// entry is applied here.
 pub(super) async fn propose_initial_revision(shared: Shared) {
     let Some(node) = shared.proposer.node().cloned() else {
         return;

@@ -248,7 +248,6 @@ impl Server {
             info.member_id = b.id;
             info.cluster_id = b.cluster_id;
             info.peer_urls = c.advertise_peer_urls.clone();
-            info.members = c.members.clone();
         }
         info.max_request_bytes = config.max_request_bytes;
         info.progress_notify_interval = if config.watch_progress_notify_interval.is_zero() {
