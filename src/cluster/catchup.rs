@@ -40,7 +40,10 @@ use crossbeam_channel::{Sender, TrySendError};
 use parking_lot::Mutex;
 use raft::prelude::{Entry as LogEntry, Snapshot as RaftSnapshot};
 use raft::storage::MemStorage;
-use raft::{GetEntriesContext, RaftState, RawNode, SnapshotStatus, Storage, StorageError};
+use raft::{
+    GetEntriesContext, ProgressState, RaftState, RawNode, SnapshotStatus, StateRole, Storage,
+    StorageError,
+};
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -256,7 +259,8 @@ impl CatchUp {
         };
         if !self.building && applied >= self.compacted_at + self.count {
             let (first, last) = bounds(&store.mem);
-            let target = applied.saturating_sub(self.keep);
+            let ready = store.slot.lock().ready.as_ref().map(|s| s.get_metadata().index);
+            let target = compaction_target(raw, applied, first, ready, (self.keep, self.count));
             if target > first && target <= last {
                 if let Err(e) = store.mem.wl().compact(target) {
                     tracing::error!(error = %e, "cannot compact the raft log");
@@ -341,6 +345,52 @@ impl CatchUp {
         raw.store().slot.lock().ready = Some(snap.clone());
         let _ = to_apply.send(Work::Install(snap));
     }
+}
+
+/// How many `--snapshot-count`s of entries beyond the usual bound the
+/// log may keep for followers that are catching up (see
+/// [`compaction_target`]).
+const PIN_COUNTS: u64 = 4;
+
+/// Where to compact the log to (entries below it are dropped): `keep`
+/// entries below `applied`, but not past what a live follower that is
+/// catching up still needs: a follower in contact (raft's `recent_active`,
+/// cleared every election timeout without an answer) that can still be
+/// served from the log, or one a snapshot is on its way to (it needs the
+/// entries after the snapshot's index); and while an active follower is
+/// behind the log, not past the `ready` snapshot it is about to get.
+/// Without this, a member catching
+/// up under load needed a snapshot again right after installing one, since
+/// the log had been compacted past it meanwhile (the failover benchmark:
+/// snapshots of 300 MB, then 400, 470, 540, 590 MB for one member that
+/// never caught up). Bounded: at most [`PIN_COUNTS`] `count`s of entries
+/// more, so a slow or lying follower cannot pin the log for ever.
+fn compaction_target(
+    raw: &RawNode<LogStore>,
+    applied: u64,
+    first: u64,
+    ready: Option<u64>,
+    (keep, count): (u64, u64),
+) -> u64 {
+    let target = applied.saturating_sub(keep);
+    let raft = &raw.raft;
+    if raft.state != StateRole::Leader {
+        return target;
+    }
+    let needed = raft
+        .prs()
+        .iter()
+        .filter(|(id, _)| **id != raft.id)
+        .filter_map(|(_, p)| match p.state {
+            ProgressState::Snapshot => Some(p.pending_snapshot),
+            _ if !p.recent_active => None,
+            _ if p.matched + 1 >= first => Some(p.matched),
+            // Behind the log: it needs the snapshot that is ready.
+            _ => ready,
+        })
+        .min();
+    let lowest = applied.saturating_sub(keep + PIN_COUNTS * count);
+    needed.map_or(target, |n| target.min(n).max(lowest))
 }
 
 /// The apply thread's side of a capture: the image at `index` (term

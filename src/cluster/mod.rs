@@ -52,6 +52,7 @@ mod rejoin;
 mod removal;
 mod sections;
 mod seen;
+mod sender;
 mod status;
 mod timeouts;
 mod transport;
