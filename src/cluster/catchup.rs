@@ -259,7 +259,12 @@ impl CatchUp {
         };
         if !self.building && applied >= self.compacted_at + self.count {
             let (first, last) = bounds(&store.mem);
-            let ready = store.slot.lock().ready.as_ref().map(|s| s.get_metadata().index);
+            let ready = store
+                .slot
+                .lock()
+                .ready
+                .as_ref()
+                .map(|s| s.get_metadata().index);
             let target = compaction_target(raw, applied, first, ready, (self.keep, self.count));
             if target > first && target <= last {
                 if let Err(e) = store.mem.wl().compact(target) {
@@ -351,6 +356,9 @@ impl CatchUp {
 /// log may keep for followers that are catching up (see
 /// [`compaction_target`]).
 const PIN_COUNTS: u64 = 4;
+/// The `count` [`PIN_COUNTS`] multiplies at least, so a small
+/// `--snapshot-count` still lets a follower catch up a busy log.
+const PIN_MIN_COUNT: u64 = 2_500;
 
 /// Where to compact the log to (entries below it are dropped): `keep`
 /// entries below `applied`, but not past what a live follower that is
@@ -363,8 +371,10 @@ const PIN_COUNTS: u64 = 4;
 /// up under load needed a snapshot again right after installing one, since
 /// the log had been compacted past it meanwhile (the failover benchmark:
 /// snapshots of 300 MB, then 400, 470, 540, 590 MB for one member that
-/// never caught up). Bounded: at most [`PIN_COUNTS`] `count`s of entries
-/// more, so a slow or lying follower cannot pin the log for ever.
+/// never caught up). Bounded: a snapshot in flight pins until its send
+/// ends (its timeout grows with its size, `sender.rs`); the rest pins at
+/// most [`PIN_COUNTS`] `count`s of entries more, so a slow or lying follower
+/// cannot pin the log for ever.
 fn compaction_target(
     raw: &RawNode<LogStore>,
     applied: u64,
@@ -377,20 +387,28 @@ fn compaction_target(
     if raft.state != StateRole::Leader {
         return target;
     }
-    let needed = raft
+    // A snapshot on its way: its send has a timeout of its own (scaled to
+    // its size), after which raft hears it failed; so this pin ends.
+    let sending = raft
         .prs()
         .iter()
-        .filter(|(id, _)| **id != raft.id)
+        .filter(|(id, p)| **id != raft.id && p.state == ProgressState::Snapshot)
+        .map(|(_, p)| p.pending_snapshot)
+        .min();
+    let live = raft
+        .prs()
+        .iter()
+        .filter(|(id, p)| **id != raft.id && p.recent_active)
         .filter_map(|(_, p)| match p.state {
-            ProgressState::Snapshot => Some(p.pending_snapshot),
-            _ if !p.recent_active => None,
+            ProgressState::Snapshot => None,
             _ if p.matched + 1 >= first => Some(p.matched),
             // Behind the log: it needs the snapshot that is ready.
             _ => ready,
         })
         .min();
-    let lowest = applied.saturating_sub(keep + PIN_COUNTS * count);
-    needed.map_or(target, |n| target.min(n).max(lowest))
+    let lowest = applied.saturating_sub(keep + PIN_COUNTS * count.max(PIN_MIN_COUNT));
+    let target = live.map_or(target, |n| target.min(n).max(lowest));
+    sending.map_or(target, |n| target.min(n))
 }
 
 /// The apply thread's side of a capture: the image at `index` (term

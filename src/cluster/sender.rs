@@ -174,8 +174,7 @@ pub(super) async fn send_loop(
             return;
         }
     };
-    let mut client = RaftTransportClient::new(channel)
-        .max_encoding_message_size(MAX_BATCH_BYTES);
+    let mut client = RaftTransportClient::new(channel).max_encoding_message_size(MAX_BATCH_BYTES);
     let mut reachable = true;
     loop {
         // A peer Raft has nothing to say to (a follower to another
