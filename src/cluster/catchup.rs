@@ -17,6 +17,10 @@
 //!   it. The newest encoded snapshot is kept for the next follower that
 //!   needs one (one encoded copy at most), and dropped once the log has
 //!   been compacted past it.
+//! * The log is not compacted past what a live follower that is catching
+//!   up still needs (a snapshot on its way, the ready snapshot, its matched
+//!   index; bounded, see `compaction_target`), so a member that installs a
+//!   snapshot under load goes on from the log rather than needing another.
 //! * Snapshots are built on demand rather than every `--snapshot-count`
 //!   entries (what etcd does, since it must persist them): compacting an
 //!   in-memory log needs no snapshot, only the promise that one can be

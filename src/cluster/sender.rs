@@ -6,7 +6,8 @@
 //!   and their answers, votes, append answers, ReadIndex, leader transfer.
 //!   When it has nothing to send it probes the peer every half second, so
 //!   [`PeerHealth`] knows whether the peer answers.
-//! * The **bulk** lane carries appends that hold entries and snapshots.
+//! * The **bulk** lane carries appends (all of them, so they keep their
+//!   order) and snapshots.
 //!   A follower catching up a long log or a large snapshot keeps this lane
 //!   busy for seconds; measured on the failover benchmark, heartbeats queued
 //!   behind that traffic on one connection reached the follower too late,
@@ -90,7 +91,7 @@ impl PeerHealth {
 pub(super) enum Lane {
     /// Small, urgent messages; probes the peer when idle.
     Control,
-    /// Appends with entries, and snapshots.
+    /// Appends and snapshots.
     Bulk,
 }
 
@@ -98,8 +99,10 @@ impl Lane {
     /// The lane for `m`.
     pub(super) fn of(m: &Message) -> Lane {
         match m.get_msg_type() {
-            MessageType::MsgSnapshot => Lane::Bulk,
-            MessageType::MsgAppend if !m.get_entries().is_empty() => Lane::Bulk,
+            // Every append, even an empty one (a commit update or a
+            // probe): one overtaking the appends before it would be
+            // refused as a gap and send the follower back to probing.
+            MessageType::MsgSnapshot | MessageType::MsgAppend => Lane::Bulk,
             _ => Lane::Control,
         }
     }

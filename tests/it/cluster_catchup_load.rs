@@ -134,13 +134,16 @@ async fn a_member_restarted_without_state_catches_up_a_large_store_under_writes_
     let deadline = Instant::now() + GUARD;
     loop {
         let l = cluster.member(li).unwrap();
-        let (_, lead, now_term) = status(l).await.expect("leader status");
-        assert_eq!(
-            (lead, now_term),
-            (leader_id, term),
-            "the leader changed during the catch-up\n{}",
-            cluster.logs()
-        );
+        // (A status that does not answer in time on a busy machine is
+        // asked again at the next round.)
+        if let Some((_, lead, now_term)) = status(l).await {
+            assert_eq!(
+                (lead, now_term),
+                (leader_id, term),
+                "the leader changed during the catch-up\n{}",
+                cluster.logs()
+            );
+        }
         let target = writes.lock().acked.get(started_at + AFTER_START).cloned();
         let applied = match &target {
             Some((key, rev)) => {
