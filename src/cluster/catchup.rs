@@ -316,7 +316,13 @@ impl CatchUp {
             term,
             "raft snapshot ready for a follower behind the log"
         );
-        store.slot.lock().ready = Some(snap);
+        let mut slot = store.slot.lock();
+        // Raft asked again while this one was being built (at every
+        // heartbeat answer): those asks are answered by it. Left set, the
+        // flag started a second full capture right after the first
+        // (measured: one wasted capture and encoding per replacement).
+        slot.wanted = false;
+        slot.ready = Some(snap);
     }
 
     /// A snapshot to `to` was delivered or failed: raft resumes sending
