@@ -181,7 +181,7 @@ async fn a_member_restarted_without_state_catches_up_a_large_store_under_writes_
     assert_eq!(installed, 1, "snapshots installed by the new member");
     let (_, lead, end_term) = status(cluster.member(li).unwrap()).await.unwrap();
     assert_eq!((lead, end_term), (leader_id, term), "the leader changed");
-    let w = writes.lock();
+    let w = std::mem::take(&mut *writes.lock());
     assert!(w.failed.is_empty(), "writes failed: {:?}", w.failed);
     let (last_key, last) = w.acked.last().cloned().expect("acknowledged writes");
     let mut views = Vec::new();
