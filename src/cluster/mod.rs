@@ -57,6 +57,7 @@ pub mod saved;
 mod saving;
 mod sections;
 mod seen;
+mod sender;
 mod status;
 mod timeouts;
 mod transport;

@@ -1,8 +1,9 @@
-//! Raft messages to the other members: one client channel per peer, with a
-//! bounded queue drained by one task, which sends what has queued up as one
-//! batch per call to the peer's `ephd.internal.RaftTransport` service
-//! (`transport.rs`). Messages are encoded with raft-rs' own protobuf types.
-//! When the queue is full or the peer is unreachable, messages are dropped:
+//! Raft messages to the other members: per peer, two bounded queues (lanes:
+//! control and bulk, `sender.rs`), each drained by a task with a connection
+//! of its own, which sends what has queued up as one batch per call to the
+//! peer's `ephd.internal.RaftTransport` service (`transport.rs`). Messages
+//! are encoded with raft-rs' own protobuf types, by those tasks.
+//! When a queue is full or the peer is unreachable, messages are dropped:
 //! Raft is built for a lossy network and retries (heartbeats, append
 //! probes), so the Raft thread never waits for a peer. A snapshot's
 //! delivery (or its loss) is reported back to the Raft thread, which must
@@ -17,74 +18,29 @@
 //! peer that answers that this member was removed raises its removal
 //! (`removal.rs`).
 
-use super::catchup;
 use super::input::{Input, PeerChange};
 use super::membership::MemberInfo;
 use super::removal::Removal;
+pub(super) use super::sender::PeerHealth;
+pub use super::sender::MAX_BATCH_BYTES;
+use super::sender::{send_loop, Lane, Target};
 use crate::config::PeerTls;
-use crate::proto::ephd::internal::{raft_transport_client::RaftTransportClient, RaftBatch};
-use bytes::Bytes;
 use crossbeam_channel::Sender;
 use parking_lot::Mutex;
-use protobuf::Message as _;
 use raft::prelude::{Message, MessageType};
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tonic::transport::{Certificate, ClientTlsConfig, Identity};
 
-/// Messages queued for one peer at most.
+/// Messages queued for one peer's lane at most.
 const QUEUE: usize = 4096;
-/// Most messages in one batch.
-const BATCH_MESSAGES: usize = 512;
-/// Most bytes in one batch (a single larger message is sent alone).
-const BATCH_BYTES: usize = 8 * 1024 * 1024;
-/// Largest snapshot a member sends or accepts (snapshots travel as one
-/// message; chunking them is not built yet).
-pub const MAX_SNAPSHOT_BYTES: usize = 1 << 30;
-/// Largest batch a member accepts: a few batches' worth, or a snapshot
-/// with the batch it came in.
-pub const MAX_BATCH_BYTES: usize = MAX_SNAPSHOT_BYTES + 4 * BATCH_BYTES;
-/// How long one connection attempt to a peer may take.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
-/// How long one batch may take to be delivered.
-const SEND_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long a peer's queue may stay idle before an empty batch checks that
-/// the peer still answers.
-const PROBE_INTERVAL: Duration = Duration::from_millis(500);
 
-/// Since when each peer has answered every batch (absent: its last batch
-/// failed, or none was sent yet).
-#[derive(Debug, Default)]
-pub(super) struct PeerHealth(Mutex<HashMap<u64, Instant>>);
-
-impl PeerHealth {
-    fn answered(&self, id: u64) {
-        self.0.lock().entry(id).or_insert_with(Instant::now);
-    }
-
-    fn failed(&self, id: u64) {
-        self.0.lock().remove(&id);
-    }
-
-    /// Since when peer `id` has answered without interruption.
-    pub(super) fn active_since(&self, id: u64) -> Option<Instant> {
-        self.0.lock().get(&id).copied()
-    }
-}
-
-/// A message queued for a peer; a snapshot's delivery is reported to the
-/// Raft thread, which must tell raft.
-struct Outgoing {
-    bytes: Bytes,
-    snapshot: bool,
-}
-
-/// One peer's queue, and where its task sends.
+/// One peer's lanes, and where their tasks send.
 struct Queue {
     url: String,
-    tx: mpsc::Sender<Outgoing>,
+    control: mpsc::Sender<Message>,
+    bulk: mpsc::Sender<Message>,
 }
 
 /// The sending side: a queue per peer.
@@ -147,7 +103,8 @@ impl Peers {
                 if self.queues.get(&id).is_some_and(|q| q.url == url) {
                     return;
                 }
-                let (tx, rx) = mpsc::channel(QUEUE);
+                let (control, control_rx) = mpsc::channel(QUEUE);
+                let (bulk, bulk_rx) = mpsc::channel(QUEUE);
                 tracing::info!(peer = %name, url = %url, "sending raft messages to a peer");
                 let to = Target {
                     me: self.me,
@@ -158,9 +115,14 @@ impl Peers {
                     inbox: self.inbox.clone(),
                     removal: self.removal.clone(),
                 };
-                self.runtime.spawn(send_loop(to, rx, self.health.clone()));
-                // Replacing the old queue ends the old task.
-                self.queues.insert(id, Queue { url, tx });
+                let health = self.health.clone();
+                let lanes = [(Lane::Control, control_rx), (Lane::Bulk, bulk_rx)];
+                for (lane, rx) in lanes {
+                    self.runtime
+                        .spawn(send_loop(to.clone(), lane, rx, health.clone()));
+                }
+                // Replacing the old queues ends the old tasks.
+                self.queues.insert(id, Queue { url, control, bulk });
             }
             PeerChange::Remove(id) => {
                 if self.queues.remove(&id).is_some() {
@@ -176,26 +138,21 @@ impl Peers {
         std::mem::take(&mut *self.undelivered.lock())
     }
 
-    /// Queues `msgs` for their peers; drops what does not fit.
+    /// Queues `msgs` for their peers, each on its lane; drops what does
+    /// not fit. Encoding happens in the lanes' tasks, off the Raft thread.
     pub(super) fn send_all(&self, msgs: Vec<Message>) {
         for m in msgs {
+            let to = m.get_to();
             let snapshot = m.get_msg_type() == MessageType::MsgSnapshot;
-            let queued = match (self.queues.get(&m.get_to()), m.write_to_bytes()) {
-                (None, _) => false,
-                (Some(queue), Ok(bytes)) => queue
-                    .tx
-                    .try_send(Outgoing {
-                        bytes: Bytes::from(bytes),
-                        snapshot,
-                    })
-                    .is_ok(),
-                (Some(_), Err(e)) => {
-                    tracing::error!(error = %e, "cannot encode a raft message");
-                    false
-                }
-            };
+            let queued = self.queues.get(&to).is_some_and(|q| {
+                let lane = match Lane::of(&m) {
+                    Lane::Control => &q.control,
+                    Lane::Bulk => &q.bulk,
+                };
+                lane.try_send(m).is_ok()
+            });
             if snapshot && !queued {
-                self.undelivered.lock().push(m.get_to());
+                self.undelivered.lock().push(to);
             }
         }
     }
@@ -249,104 +206,4 @@ fn client_tls(peer: &PeerTls) -> Result<ClientTlsConfig, String> {
     Ok(ClientTlsConfig::new()
         .ca_certificate(Certificate::from_pem(ca))
         .identity(Identity::from_pem(cert, key)))
-}
-
-/// A lazily connecting channel to a peer's `url`, over TLS when `tls` is
-/// set (peer TLS).
-pub(super) fn peer_channel(
-    url: &str,
-    tls: Option<ClientTlsConfig>,
-) -> Result<tonic::transport::Channel, String> {
-    let ep = tonic::transport::Endpoint::from_shared(url.to_string()).map_err(|e| e.to_string())?;
-    let ep = match tls {
-        Some(tls) => ep.tls_config(tls).map_err(|e| e.to_string())?,
-        None => ep,
-    };
-    Ok(ep
-        .connect_timeout(CONNECT_TIMEOUT)
-        .timeout(SEND_TIMEOUT)
-        .tcp_nodelay(true)
-        .connect_lazy())
-}
-
-/// Where a send loop sends, and where it reports snapshots' delivery.
-struct Target {
-    /// This member, the sender of every batch.
-    me: u64,
-    id: u64,
-    name: String,
-    url: String,
-    tls: Option<ClientTlsConfig>,
-    inbox: Sender<Input>,
-    removal: Arc<Removal>,
-}
-
-/// Sends what is queued for one peer, a batch per call, until the Raft
-/// thread drops the queue.
-async fn send_loop(to: Target, mut queue: mpsc::Receiver<Outgoing>, health: Arc<PeerHealth>) {
-    let Target { id, name, url, .. } = &to;
-    let channel = match peer_channel(url, to.tls.clone()) {
-        Ok(c) => c,
-        Err(e) => {
-            tracing::error!(peer = %name, url = %url, error = %e, "invalid peer URL or TLS settings");
-            return;
-        }
-    };
-    let mut client = RaftTransportClient::new(channel).max_encoding_message_size(MAX_BATCH_BYTES);
-    let mut reachable = true;
-    loop {
-        // A peer Raft has nothing to say to (a follower to another
-        // follower) gets an empty batch now and then, so that `health`
-        // knows whether it is reachable, as etcd's always-open peer
-        // streams do.
-        let first = match tokio::time::timeout(PROBE_INTERVAL, queue.recv()).await {
-            Ok(Some(m)) => Some(m),
-            Ok(None) => return,
-            Err(_) => None,
-        };
-        let mut bytes = first.as_ref().map_or(0, |m| m.bytes.len());
-        let mut snapshots = first.as_ref().map_or(0, |m| usize::from(m.snapshot));
-        let mut messages: Vec<Bytes> = first.into_iter().map(|m| m.bytes).collect();
-        while !messages.is_empty() && messages.len() < BATCH_MESSAGES && bytes < BATCH_BYTES {
-            match queue.try_recv() {
-                Ok(m) => {
-                    bytes += m.bytes.len();
-                    snapshots += usize::from(m.snapshot);
-                    messages.push(m.bytes);
-                }
-                Err(_) => break,
-            }
-        }
-        let batch = RaftBatch {
-            messages,
-            from: to.me,
-        };
-        let sent = client.send(batch).await;
-        if let Err(e) = &sent {
-            if super::removal::says_removed(e) {
-                // Nothing more to send: this member stops.
-                to.removal.raise(to.me, &format!("member {name} says so"));
-                return;
-            }
-        }
-        for _ in 0..snapshots {
-            catchup::report(&to.inbox, *id, sent.is_ok());
-        }
-        match &sent {
-            Ok(_) => health.answered(*id),
-            Err(_) => health.failed(*id),
-        }
-        match sent {
-            Ok(_) if !reachable => {
-                reachable = true;
-                tracing::info!(peer = %name, url = %url, "peer reachable again");
-            }
-            Ok(_) => {}
-            Err(e) if reachable => {
-                reachable = false;
-                tracing::warn!(peer = %name, url = %url, error = %e, "peer unreachable; raft messages to it are dropped until it answers");
-            }
-            Err(_) => {}
-        }
-    }
 }

@@ -41,7 +41,8 @@ impl RaftTransport for PeerService {
         // A removed member is told so, and its messages are not taken.
         let sender = removal::check_sender(&self.node.members().current.read(), batch.from);
         for bytes in batch.messages {
-            let m = Message::parse_from_bytes(&bytes)
+            // Shares the batch's buffer: a snapshot's data is not copied.
+            let m = Message::parse_from_carllerche_bytes(&bytes)
                 .map_err(|e| Status::invalid_argument(format!("not a raft message: {e}")))?;
             if m.get_to() != self.id {
                 // Meant for another member (a misconfigured peer URL).

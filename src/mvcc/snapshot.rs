@@ -11,7 +11,10 @@
 //! (`persist`): `[len: u32 LE][crc32 of body: u32 LE][body]`, `body =
 //! [kind: u8][protobuf payload]`. One meta record first (revisions, the
 //! Raft index and term it was taken at), then key histories in strictly
-//! ascending key order, change-log events in log order, leases, alarms,
+//! ascending key order, change-log events in log order (a put whose new
+//! and previous versions the history holds names them by revision rather
+//! than carrying their values again: kind 8, which an ephd older than this
+//! format refuses as unknown), leases, alarms,
 //! the optional members and auth sections, and an end record with the
 //! number of records before it, the CRC-32 of every byte before it and
 //! that byte count. Nothing may follow it.
@@ -37,6 +40,7 @@ const KIND_LEASE: u8 = 4;
 const KIND_ALARM: u8 = 5;
 const KIND_MEMBERS: u8 = 6;
 const KIND_AUTH: u8 = 7;
+const KIND_EVENT_REF: u8 = 8;
 const KIND_END: u8 = 0xff;
 /// Largest record: one key's history or one event (a key-value is at most
 /// `--max-request-bytes`, but a history holds many versions).
@@ -118,6 +122,23 @@ struct EventRecord {
     revision: i64,
     #[prost(message, optional, tag = "2")]
     event: Option<mvccpb::Event>,
+}
+
+/// A put event whose new and previous versions are in the key's history
+/// (as every put above the compaction is): the event names them by
+/// revision instead of carrying their values again. Without it a snapshot
+/// held every value three times (history, event, the next event's previous
+/// value): 3 KB per 1 KiB put, 780 MB for a store of 250 MB of history on
+/// the failover benchmark.
+#[derive(Clone, PartialEq, Message)]
+struct EventRefRecord {
+    #[prost(int64, tag = "1")]
+    revision: i64,
+    #[prost(bytes = "bytes", tag = "2")]
+    key: Bytes,
+    /// The previous version's revision; 0: the event has none.
+    #[prost(int64, tag = "3")]
+    prev_revision: i64,
 }
 
 #[derive(Clone, PartialEq, Message)]
@@ -226,6 +247,10 @@ pub fn encode(snap: &Snapshot) -> Vec<u8> {
         w.record(KIND_KEY, &rec.encode_to_vec());
     }
     for e in &image.events {
+        if let Some(rec) = history_ref(&image.keys, e) {
+            w.record(KIND_EVENT_REF, &rec.encode_to_vec());
+            continue;
+        }
         let rec = EventRecord {
             revision: e.revision,
             event: Some(mvccpb::Event {
@@ -267,6 +292,64 @@ pub fn encode(snap: &Snapshot) -> Vec<u8> {
     };
     w.record(KIND_END, &end.encode_to_vec());
     w.out
+}
+
+/// The versions of `key` in `keys` (sorted by key).
+fn history<'a>(keys: &'a [(Bytes, Vec<ImageVersion>)], key: &[u8]) -> Option<&'a [ImageVersion]> {
+    let i = keys.binary_search_by(|(k, _)| k.as_ref().cmp(key)).ok()?;
+    Some(&keys[i].1)
+}
+
+/// The live key-value of `versions` (oldest first) at `revision`.
+fn version_at(versions: &[ImageVersion], revision: i64) -> Option<&Kv> {
+    let i = versions
+        .binary_search_by(|v| v.revision.cmp(&revision))
+        .ok()?;
+    versions[i].kv.as_ref()
+}
+
+/// `e` as a reference into the histories, when it is a put whose new and
+/// previous versions are the very ones the history holds.
+fn history_ref(keys: &[(Bytes, Vec<ImageVersion>)], e: &LoggedEvent) -> Option<EventRefRecord> {
+    if e.event.kind != EventKind::Put || e.event.kv.mod_revision != e.revision {
+        return None;
+    }
+    let versions = history(keys, &e.event.kv.key)?;
+    if !Arc::ptr_eq(version_at(versions, e.revision)?, &e.event.kv) {
+        return None;
+    }
+    let prev_revision = match &e.event.prev_kv {
+        None => 0,
+        Some(p) if p.mod_revision >= 1 && p.mod_revision < e.revision => {
+            if !Arc::ptr_eq(version_at(versions, p.mod_revision)?, p) {
+                return None;
+            }
+            p.mod_revision
+        }
+        Some(_) => return None,
+    };
+    Some(EventRefRecord {
+        revision: e.revision,
+        key: e.event.kv.key.clone(),
+        prev_revision,
+    })
+}
+
+/// The event an [`EventRefRecord`] names, sharing the history's versions.
+fn resolve_ref(image: &StoreImage, rec: &EventRefRecord, n: u64) -> Result<Event, String> {
+    let missing = || format!("record {n}: an event naming a version the history lacks");
+    let versions = history(&image.keys, &rec.key).ok_or_else(missing)?;
+    let kv = version_at(versions, rec.revision).ok_or_else(missing)?;
+    let prev_kv = match rec.prev_revision {
+        0 => None,
+        p if p >= 1 && p < rec.revision => Some(version_at(versions, p).ok_or_else(missing)?),
+        p => return Err(format!("record {n}: impossible previous revision {p}")),
+    };
+    Ok(Event {
+        kind: EventKind::Put,
+        kv: kv.clone(),
+        prev_kv: prev_kv.cloned(),
+    })
 }
 
 /// Reads records off a byte slice.
@@ -410,6 +493,21 @@ pub fn decode(bytes: &[u8]) -> Result<Snapshot, String> {
                         kv: core_kv(kv, None),
                         prev_kv: event.prev_kv.map(|kv| core_kv(kv, None)),
                     },
+                });
+            }
+            KIND_EVENT_REF => {
+                let rec = EventRefRecord::decode(payload).map_err(|e| bad(n, "event", e))?;
+                let prev = image.events.last().map_or(i64::MIN, |e| e.revision);
+                if rec.revision < prev || rec.revision > rev || rec.revision < compacted {
+                    return Err(format!(
+                        "record {n}: event at impossible revision {}",
+                        rec.revision
+                    ));
+                }
+                let event = resolve_ref(image, &rec, n)?;
+                image.events.push(LoggedEvent {
+                    revision: rec.revision,
+                    event,
                 });
             }
             KIND_LEASE => {

@@ -11,6 +11,7 @@ mod auth_tls;
 mod authority;
 mod cli;
 mod cluster;
+mod cluster_catchup_load;
 mod cluster_compaction;
 mod cluster_data_dir;
 mod cluster_force;
