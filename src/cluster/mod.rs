@@ -8,8 +8,9 @@
 //!   applying it once committed.
 //! * `node.rs`: the Raft loop on its own thread, and the apply thread that
 //!   applies committed entries in log order through `Store::apply`.
-//! * `peers.rs` and `transport.rs`: Raft messages to and from the other
-//!   members, over a small gRPC service on the peer listener.
+//! * `peers.rs`, `peer_stream.rs` and `transport.rs`: Raft messages to and
+//!   from the other members, over a small gRPC service on the peer
+//!   listener (a stream per peer).
 //! * `entry.rs`: a store entry as the bytes of a log entry
 //!   (`auth_change.rs`: an auth change's part).
 //! * `catchup.rs` and `snapshot.rs`: the bounded log, and snapshots of the
@@ -46,6 +47,7 @@ mod logger;
 mod members;
 pub mod membership;
 mod node;
+mod peer_stream;
 mod peers;
 mod reconfig;
 mod rejoin;

@@ -1,7 +1,9 @@
 //! Raft messages to the other members: one client channel per peer, with a
 //! bounded queue drained by one task, which sends what has queued up as one
-//! batch per call to the peer's `ephd.internal.RaftTransport` service
-//! (`transport.rs`). Messages are encoded with raft-rs' own protobuf types.
+//! batch on a long-lived stream to the peer's `ephd.internal.RaftTransport`
+//! service (`peer_stream.rs`, `transport.rs`); a batch with a snapshot goes
+//! as a unary call of its own, as does every batch to a member that serves
+//! no stream. Messages are encoded with raft-rs' own protobuf types.
 //! When the queue is full or the peer is unreachable, messages are dropped:
 //! Raft is built for a lossy network and retries (heartbeats, append
 //! probes), so the Raft thread never waits for a peer. A snapshot's
@@ -20,11 +22,12 @@
 use super::catchup;
 use super::input::{Input, PeerChange};
 use super::membership::MemberInfo;
+use super::peer_stream::{self, Link};
+use crossbeam_channel::Sender;
 use super::removal::Removal;
 use crate::config::PeerTls;
 use crate::proto::ephd::internal::{raft_transport_client::RaftTransportClient, RaftBatch};
 use bytes::Bytes;
-use crossbeam_channel::Sender;
 use parking_lot::Mutex;
 use protobuf::Message as _;
 use raft::prelude::{Message, MessageType};
@@ -33,6 +36,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tonic::transport::{Certificate, ClientTlsConfig, Identity};
+use tonic::Status;
 
 /// Messages queued for one peer at most.
 const QUEUE: usize = 4096;
@@ -281,10 +285,12 @@ struct Target {
     removal: Arc<Removal>,
 }
 
-/// Sends what is queued for one peer, a batch per call, until the Raft
-/// thread drops the queue.
+/// Sends what is queued for one peer until the Raft thread drops the
+/// queue: each batch on the peer's stream (`peer_stream.rs`), a batch with
+/// a snapshot (and every batch to a member that serves no stream) as a
+/// unary call, whose answer is the snapshot's delivery report.
 async fn send_loop(to: Target, mut queue: mpsc::Receiver<Outgoing>, health: Arc<PeerHealth>) {
-    let Target { id, name, url, .. } = &to;
+    let Target { name, url, .. } = &to;
     let channel = match peer_channel(url, to.tls.clone()) {
         Ok(c) => c,
         Err(e) => {
@@ -294,15 +300,30 @@ async fn send_loop(to: Target, mut queue: mpsc::Receiver<Outgoing>, health: Arc<
     };
     let mut client = RaftTransportClient::new(channel).max_encoding_message_size(MAX_BATCH_BYTES);
     let mut reachable = true;
+    let mut link: Option<Link> = None;
+    // False once the peer answered that it serves no stream (an older
+    // member): unary calls only, as before streams.
+    let mut streams = true;
     loop {
         // A peer Raft has nothing to say to (a follower to another
         // follower) gets an empty batch now and then, so that `health`
         // knows whether it is reachable, as etcd's always-open peer
         // streams do.
-        let first = match tokio::time::timeout(PROBE_INTERVAL, queue.recv()).await {
-            Ok(Some(m)) => Some(m),
-            Ok(None) => return,
-            Err(_) => None,
+        let first = tokio::select! {
+            got = tokio::time::timeout(PROBE_INTERVAL, queue.recv()) => match got {
+                Ok(Some(m)) => Some(m),
+                Ok(None) => return,
+                Err(_) => None,
+            },
+            answer = peer_stream::answer(&mut link) => {
+                if answer.is_err() {
+                    link = None;
+                }
+                if !outcome(&to, &health, &mut reachable, answer) {
+                    return;
+                }
+                continue;
+            }
         };
         let mut bytes = first.as_ref().map_or(0, |m| m.bytes.len());
         let mut snapshots = first.as_ref().map_or(0, |m| usize::from(m.snapshot));
@@ -320,33 +341,78 @@ async fn send_loop(to: Target, mut queue: mpsc::Receiver<Outgoing>, health: Arc<
         let batch = RaftBatch {
             messages,
             from: to.me,
+            ack: 0,
         };
-        let sent = client.send(batch).await;
-        if let Err(e) = &sent {
-            if super::removal::says_removed(e) {
-                // Nothing more to send: this member stops.
-                to.removal.raise(to.me, &format!("member {name} says so"));
-                return;
+        if snapshots == 0 && streams {
+            if link.as_ref().is_some_and(|l| l.overdue(SEND_TIMEOUT)) {
+                link = None;
+                let late = Status::deadline_exceeded("the peer did not answer on its stream");
+                if !outcome(&to, &health, &mut reachable, Err(late)) {
+                    return;
+                }
+            }
+            if link.is_none() {
+                match Link::open(&mut client).await {
+                    Ok(l) => link = Some(l),
+                    Err(e) if e.code() == tonic::Code::Unimplemented => streams = false,
+                    Err(e) => {
+                        // The batch is dropped, as a failed call's was.
+                        if !outcome(&to, &health, &mut reachable, Err(e)) {
+                            return;
+                        }
+                        continue;
+                    }
+                }
+            }
+            if let Some(l) = &mut link {
+                if !l.send(batch, SEND_TIMEOUT).await {
+                    link = None;
+                    let stuck = Status::deadline_exceeded("the stream to the peer is stuck");
+                    if !outcome(&to, &health, &mut reachable, Err(stuck)) {
+                        return;
+                    }
+                }
+                continue;
             }
         }
+        let sent = client.send(batch).await.map(|_| ());
         for _ in 0..snapshots {
-            catchup::report(&to.inbox, *id, sent.is_ok());
+            catchup::report(&to.inbox, to.id, sent.is_ok());
         }
-        match &sent {
-            Ok(_) => health.answered(*id),
-            Err(_) => health.failed(*id),
-        }
-        match sent {
-            Ok(_) if !reachable => {
-                reachable = true;
-                tracing::info!(peer = %name, url = %url, "peer reachable again");
-            }
-            Ok(_) => {}
-            Err(e) if reachable => {
-                reachable = false;
-                tracing::warn!(peer = %name, url = %url, error = %e, "peer unreachable; raft messages to it are dropped until it answers");
-            }
-            Err(_) => {}
+        if !outcome(&to, &health, &mut reachable, sent) {
+            return;
         }
     }
+}
+
+/// Records whether peer `to` answered; false when it said this member was
+/// removed (raised: this member stops, nothing more to send).
+fn outcome(
+    to: &Target,
+    health: &PeerHealth,
+    reachable: &mut bool,
+    answer: Result<(), Status>,
+) -> bool {
+    let Target { id, name, url, .. } = to;
+    match answer {
+        Ok(()) => {
+            health.answered(*id);
+            if !*reachable {
+                *reachable = true;
+                tracing::info!(peer = %name, url = %url, "peer reachable again");
+            }
+        }
+        Err(e) if super::removal::says_removed(&e) => {
+            to.removal.raise(to.me, &format!("member {name} says so"));
+            return false;
+        }
+        Err(e) => {
+            health.failed(*id);
+            if *reachable {
+                *reachable = false;
+                tracing::warn!(peer = %name, url = %url, error = %e, "peer unreachable; raft messages to it are dropped until it answers");
+            }
+        }
+    }
+    true
 }
