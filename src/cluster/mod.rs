@@ -11,6 +11,9 @@
 //! * `peers.rs`, `peer_stream.rs` and `transport.rs`: Raft messages to and
 //!   from the other members, over a small gRPC service on the peer
 //!   listener (a stream per peer).
+//! * `queue.rs`: the channels into the Raft and apply threads (park at
+//!   once, take everything queued in one lock); `waiters.rs`: requests
+//!   waiting for their answer, woken per applied batch.
 //! * `entry.rs`: a store entry as the bytes of a log entry
 //!   (`auth_change.rs`: an auth change's part).
 //! * `catchup.rs` and `snapshot.rs`: the bounded log, and snapshots of the
@@ -49,6 +52,7 @@ pub mod membership;
 mod node;
 mod peer_stream;
 mod peers;
+mod queue;
 mod reconfig;
 mod rejoin;
 mod removal;

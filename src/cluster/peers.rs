@@ -23,7 +23,7 @@ use super::catchup;
 use super::input::{Input, PeerChange};
 use super::membership::MemberInfo;
 use super::peer_stream::{self, Link};
-use crossbeam_channel::Sender;
+use super::queue::Sender;
 use super::removal::Removal;
 use crate::config::PeerTls;
 use crate::proto::ephd::internal::{raft_transport_client::RaftTransportClient, RaftBatch};

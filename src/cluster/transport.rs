@@ -7,7 +7,7 @@
 use super::input::Input;
 use super::lease_forward;
 use super::node::Node;
-use crossbeam_channel::Sender;
+use super::queue::Sender;
 use super::removal;
 use crate::proto::ephd::internal::{raft_transport_server::RaftTransport, RaftAck, RaftBatch};
 use crate::proto::etcdserverpb as pb;
