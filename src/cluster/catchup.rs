@@ -37,10 +37,10 @@
 //!   the snapshot's sections and are installed with it.
 
 use super::input::Input;
+use super::queue::{Sender, TrySendError};
 use crate::mvcc::snapshot::{self, Sections};
 use crate::mvcc::Store;
 use bytes::Bytes;
-use crossbeam_channel::{Sender, TrySendError};
 use parking_lot::Mutex;
 use raft::prelude::{Entry as LogEntry, Snapshot as RaftSnapshot};
 use raft::storage::MemStorage;

@@ -7,10 +7,10 @@
 use super::input::{Input, PeerChange, Progress};
 use super::membership::{Change, MemberInfo, Membership};
 use super::peers::{display_name, PeerHealth, Peers};
+use super::queue::Sender;
 use super::waiters::Waiters;
 use crate::config::ClusterConfig;
 use crate::error::{Error, Result};
-use crossbeam_channel::Sender;
 use parking_lot::RwLock;
 use protobuf::Message as _;
 use raft::prelude::ConfChange;

@@ -8,8 +8,13 @@
 //!   applying it once committed.
 //! * `node.rs`: the Raft loop on its own thread, and the apply thread that
 //!   applies committed entries in log order through `Store::apply`.
-//! * `peers.rs` and `transport.rs`: Raft messages to and from the other
-//!   members, over a small gRPC service on the peer listener.
+//! * `peers.rs`, `sender.rs` and `transport.rs`: Raft messages to and
+//!   from the other members, over a small gRPC service on the peer
+//!   listener (two lanes per peer: control and bulk; the service also
+//!   takes a stream per peer, which members do not send on yet).
+//! * `queue.rs`: the channels into the Raft and apply threads (park at
+//!   once, take everything queued in one lock); `waiters.rs`: requests
+//!   waiting for their answer, woken per applied batch.
 //! * `entry.rs`: a store entry as the bytes of a log entry
 //!   (`auth_change.rs`: an auth change's part).
 //! * `catchup.rs` and `snapshot.rs`: the bounded log, and snapshots of the
@@ -49,6 +54,7 @@ mod members;
 pub mod membership;
 mod node;
 mod peers;
+mod queue;
 mod reconfig;
 mod rejoin;
 mod removal;

@@ -18,6 +18,7 @@ use super::input::Input;
 use super::logger;
 use super::members::{self, Boot, Members};
 use super::peers::Peers;
+use super::queue::{self, Receiver, RecvTimeoutError, Sender, TrySendError};
 use super::saved;
 use super::sections;
 use super::status::RaftStatus;
@@ -27,7 +28,6 @@ use crate::config::ClusterConfig;
 use crate::error::{Error, Result};
 use crate::mvcc::{Applied, Entry, Store};
 use bytes::Bytes;
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError};
 use parking_lot::Mutex;
 use raft::prelude::EntryType;
 use raft::{RawNode, ReadOnlyOption, StateRole};
@@ -105,7 +105,7 @@ impl Node {
         let raw = RawNode::new(&raft_config, storage, &logger::logger())
             .map_err(|e| format!("cannot start raft: {e}"))?;
         let members = Arc::new(Members::new(&boot, config));
-        let (inbox, inputs) = crossbeam_channel::bounded(INBOX);
+        let (inbox, inputs) = queue::bounded(INBOX);
         let peers = Peers::start(
             boot.current.members(),
             id,
@@ -113,7 +113,7 @@ impl Node {
             inbox.clone(),
             members.removal.clone(),
         )?;
-        let (to_apply, committed) = crossbeam_channel::unbounded();
+        let (to_apply, committed) = queue::unbounded();
         let waiters = Arc::new(Waiters::default());
         let reads = Arc::new(Waiters::default());
         let status = Arc::new(RaftStatus::default());
@@ -153,6 +153,7 @@ impl Node {
             term: base_term,
             members: members.clone(),
             gate: gate.clone(),
+            answers: Vec::new(),
         };
         let apply_thread = std::thread::Builder::new()
             .name("ephd-apply".into())
@@ -354,12 +355,12 @@ impl RaftLoop {
                     }
                     for _ in 0..INPUTS_PER_ROUND {
                         match self.inputs.try_recv() {
-                            Ok(input) => {
+                            Some(input) => {
                                 if !self.take(input) {
                                     return;
                                 }
                             }
-                            Err(_) => break,
+                            None => break,
                         }
                     }
                 }
@@ -496,6 +497,8 @@ struct Applier {
     term: u64,
     members: Arc<Members>,
     gate: Arc<InitialGate>,
+    /// Results of this member's proposals in the current batch.
+    answers: Vec<(u64, Result<Applied>)>,
 }
 
 impl Applier {
@@ -545,10 +548,11 @@ impl Applier {
                 self.status.applied.store(e.get_index(), Ordering::Relaxed);
             }
             self.applied.send_replace(self.status.applied());
+            self.waiters.finish_all(&mut self.answers);
         }
     }
 
-    fn apply_one(&self, index: u64, term: u64, data: Bytes) {
+    fn apply_one(&mut self, index: u64, term: u64, data: Bytes) {
         match entry::decode(data) {
             Ok(p) => {
                 // A term-checked entry (a lease revoke or checkpoint) that a
@@ -561,7 +565,7 @@ impl Applier {
                 };
                 self.gate.applied(&result);
                 if p.proposer == self.id {
-                    self.waiters.finish(p.proposal, result);
+                    self.answers.push((p.proposal, result));
                 }
             }
             // Every member fails the same way on the same bytes, so the

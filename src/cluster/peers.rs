@@ -20,12 +20,12 @@
 
 use super::input::{Input, PeerChange};
 use super::membership::MemberInfo;
+use super::queue::Sender;
 use super::removal::Removal;
 pub(super) use super::sender::PeerHealth;
 pub use super::sender::MAX_BATCH_BYTES;
 use super::sender::{send_loop, Lane, Target};
 use crate::config::PeerTls;
-use crossbeam_channel::Sender;
 use parking_lot::Mutex;
 use raft::prelude::{Message, MessageType};
 use std::collections::HashMap;

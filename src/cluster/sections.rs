@@ -11,10 +11,10 @@
 use super::input::Input;
 use super::members::{self, Members};
 use super::membership::Membership;
+use super::queue::Sender;
 use crate::auth::AuthImage;
 use crate::mvcc::snapshot::Sections;
 use crate::mvcc::Store;
-use crossbeam_channel::Sender;
 
 /// The sections at the apply thread's current index (taken on the apply
 /// thread, with the store's image).

@@ -27,10 +27,10 @@
 
 use super::catchup;
 use super::input::Input;
+use super::queue::Sender;
 use super::removal::Removal;
 use crate::proto::ephd::internal::{raft_transport_client::RaftTransportClient, RaftBatch};
 use bytes::Bytes;
-use crossbeam_channel::Sender;
 use parking_lot::Mutex;
 use protobuf::Message as _;
 use raft::prelude::{Message, MessageType};
@@ -219,6 +219,7 @@ pub(super) async fn send_loop(
         let batch = RaftBatch {
             messages,
             from: to.me,
+            ack: 0,
         };
         let limit = match lane {
             Lane::Control => SEND_TIMEOUT,

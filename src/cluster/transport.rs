@@ -1,22 +1,26 @@
 //! Raft messages from the other members: a small gRPC service
 //! (`ephd.internal.RaftTransport`) on the peer listener, which hands each
-//! message to the Raft thread (none from a member the cluster removed,
+//! message to the Raft thread, whether it came on a peer's stream or in a
+//! unary call (snapshots, older members) (none from a member the cluster removed,
 //! which is told so: `removal.rs`). The sending side is `peers.rs`.
 
 use super::input::Input;
 use super::lease_forward;
 use super::node::Node;
+use super::queue::Sender;
 use super::removal;
 use crate::proto::ephd::internal::{raft_transport_server::RaftTransport, RaftAck, RaftBatch};
 use crate::proto::etcdserverpb as pb;
-use crossbeam_channel::Sender;
+use futures::Stream;
 use protobuf::Message as _;
 use raft::prelude::Message;
+use std::pin::Pin;
 use std::sync::Arc;
-use tonic::{Request, Response, Status};
+use tonic::{Request, Response, Status, Streaming};
 
 /// The receiving side, served on the peer listener: hands each message to
 /// the Raft thread, and answers what followers forward to the leader.
+#[derive(Clone)]
 pub struct PeerService {
     id: u64,
     inbox: Sender<Input>,
@@ -34,10 +38,10 @@ impl PeerService {
     }
 }
 
-#[tonic::async_trait]
-impl RaftTransport for PeerService {
-    async fn send(&self, req: Request<RaftBatch>) -> Result<Response<RaftAck>, Status> {
-        let batch = req.into_inner();
+impl PeerService {
+    /// Hands a batch's messages to the Raft thread; refuses the batch of a
+    /// removed member, and a message that does not parse.
+    fn take(&self, batch: RaftBatch) -> Result<(), Status> {
         // A removed member is told so, and its messages are not taken.
         let sender = removal::check_sender(&self.node.members().current.read(), batch.from);
         for bytes in batch.messages {
@@ -60,7 +64,46 @@ impl RaftTransport for PeerService {
             // Full: dropped, Raft retries.
             let _ = self.inbox.try_send(Input::Step(Box::new(m)));
         }
-        sender.map(|()| Response::new(RaftAck {}))
+        sender
+    }
+}
+
+/// The answers on a peer's stream: an ack per batch that asks for one;
+/// ends with the refusal of a batch (a removed sender, a message that does
+/// not parse) or when the sender ends the stream.
+type Acks = Pin<Box<dyn Stream<Item = Result<RaftAck, Status>> + Send + 'static>>;
+
+#[tonic::async_trait]
+impl RaftTransport for PeerService {
+    async fn send(&self, req: Request<RaftBatch>) -> Result<Response<RaftAck>, Status> {
+        self.take(req.into_inner())
+            .map(|()| Response::new(RaftAck { ack: 0 }))
+    }
+
+    type StreamStream = Acks;
+
+    async fn stream(&self, req: Request<Streaming<RaftBatch>>) -> Result<Response<Acks>, Status> {
+        // Read as the answers are polled: no task of its own per stream.
+        let state = Some((req.into_inner(), self.clone()));
+        let acks = futures::stream::unfold(state, |state| async move {
+            let (mut batches, service) = state?;
+            loop {
+                match batches.message().await {
+                    Ok(Some(batch)) => {
+                        let ack = batch.ack;
+                        if let Err(refused) = service.take(batch) {
+                            return Some((Err(refused), None));
+                        }
+                        if ack != 0 {
+                            return Some((Ok(RaftAck { ack }), Some((batches, service))));
+                        }
+                    }
+                    // The sender ended the stream, or the connection broke.
+                    Ok(None) | Err(_) => return None,
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(acks)))
     }
 
     async fn lease_keep_alive(

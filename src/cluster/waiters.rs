@@ -40,6 +40,28 @@ impl<T> Waiters<T> {
             let _ = w.send(answer);
         }
     }
+
+    /// Answers every waiter of `answers` (emptied), in order: the apply
+    /// thread's answers to one batch of entries, found in one lock and
+    /// woken back to back, rather than a lock and a wake-up between every
+    /// two applies.
+    pub(super) fn finish_all(&self, answers: &mut Vec<(u64, T)>) {
+        if answers.is_empty() {
+            return;
+        }
+        let mut found = Vec::with_capacity(answers.len());
+        {
+            let mut map = self.0.lock();
+            for (number, answer) in answers.drain(..) {
+                if let Some(w) = map.remove(&number) {
+                    found.push((w, answer));
+                }
+            }
+        }
+        for (w, answer) in found {
+            let _ = w.send(answer);
+        }
+    }
 }
 
 /// See [`Waiters::wait`].
@@ -51,5 +73,27 @@ pub(super) struct Pending<'a, T> {
 impl<T> Drop for Pending<'_, T> {
     fn drop(&mut self) {
         self.waiters.0.lock().remove(&self.number);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finish_all_answers_each_waiter_its_own_result_and_skips_the_gone() {
+        let w = Waiters::<u32>::default();
+        let (mut a, _pa) = w.wait(1);
+        let (mut b, _pb) = w.wait(2);
+        {
+            // A request that gave up: its guard removed it.
+            let _ = w.wait(3);
+        }
+        let mut answers = vec![(2, 20), (3, 30), (1, 10), (9, 90)];
+        w.finish_all(&mut answers);
+        assert!(answers.is_empty());
+        assert_eq!(a.try_recv().unwrap(), 10);
+        assert_eq!(b.try_recv().unwrap(), 20);
+        assert!(w.0.lock().is_empty(), "answered waiters are removed");
     }
 }
