@@ -66,6 +66,7 @@ mod seen;
 mod sender;
 mod status;
 mod timeouts;
+mod transfer;
 mod transport;
 mod waiters;
 

@@ -405,7 +405,7 @@ impl RaftLoop {
                 }
             }
             Input::ReadIndex { ctx } => self.raw.read_index(ctx.to_be_bytes().to_vec()),
-            Input::TransferLeader(to) => transfer(&mut self.raw, to),
+            Input::TransferLeader(to) => super::transfer::start(&mut self.raw, to),
             Input::SnapshotBuilt { index, term, data } => {
                 self.catchup.built(&self.raw, index, term, data)
             }
@@ -572,31 +572,5 @@ impl Applier {
             // stores stay the same; the proposer times out.
             Err(e) => tracing::error!(index, error = %e, "raft entry skipped"),
         }
-    }
-}
-
-/// On the Raft thread: starts a leader transfer to `to`, or to the voter
-/// whose log matches the leader's furthest when `to` is `None`. Raft
-/// ignores it on a follower, and aborts it after an election timeout.
-fn transfer<S: raft::Storage>(raw: &mut RawNode<S>, to: Option<u64>) {
-    if raw.raft.state != StateRole::Leader {
-        return;
-    }
-    let me = raw.raft.id;
-    let target = to.or_else(|| {
-        raw.raft
-            .prs()
-            .iter()
-            .filter(|(id, _)| **id != me)
-            .max_by_key(|(id, p)| (p.matched, std::cmp::Reverse(**id)))
-            .map(|(id, _)| *id)
-    });
-    if let Some(target) = target {
-        tracing::info!(
-            from = %format_args!("{me:x}"),
-            to = %format_args!("{target:x}"),
-            "transferring leadership"
-        );
-        raw.transfer_leader(target);
     }
 }
