@@ -58,8 +58,22 @@ impl Members for EphdCluster {
         add(&c, &format!("http://127.0.0.1:{port}"), false)
             .await
             .expect("add a voter");
-        self.start_joining("m3", port)
-            .unwrap_or_else(|e| panic!("m3 did not join: {e}"))
+        let joined = self
+            .start_joining("m3", port)
+            .unwrap_or_else(|e| panic!("m3 did not join: {e}"));
+        // Until m3 has published itself: its publish is a membership
+        // change, and raft drops one proposed while another is pending (a
+        // removal right after the join would time out).
+        let deadline = Instant::now() + SETTLE;
+        while !crate::cluster_members::members(self.at(0))
+            .await
+            .iter()
+            .any(|m| m.name == "m3")
+        {
+            assert!(Instant::now() < deadline, "m3 never published itself");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        joined
     }
     fn logs(&self) -> String {
         EphdCluster::logs(self)
