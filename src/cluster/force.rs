@@ -202,36 +202,11 @@ pub(super) fn holdings(answers: &[(String, ProbeResponse)]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{member_id, Member};
-    use std::time::Duration;
 
     fn config(name: &str) -> ClusterConfig {
-        let members: Vec<Member> = ["a", "b", "c"]
-            .iter()
-            .enumerate()
-            .map(|(i, n)| {
-                let urls = vec![format!("http://10.0.0.{i}:2380")];
-                Member {
-                    name: n.to_string(),
-                    id: member_id(&urls, "tok"),
-                    peer_urls: urls,
-                }
-            })
-            .collect();
-        let own = members.iter().find(|m| m.name == name).unwrap();
         ClusterConfig {
-            name: name.into(),
-            token: "tok".into(),
-            listen_peer_urls: own.peer_urls.clone(),
-            advertise_peer_urls: own.peer_urls.clone(),
-            members,
-            heartbeat: Duration::from_millis(100),
-            election: Duration::from_secs(1),
-            existing: false,
-            snapshot_count: 10,
-            catchup_entries: 5,
-            peer_tls: None,
             force_new_cluster: true,
+            ..ClusterConfig::for_tests(&["a", "b", "c"], name)
         }
     }
 

@@ -195,35 +195,12 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{member_id, Member};
     use crate::mvcc::snapshot::Snapshot;
 
     fn config(name: &str, n: usize) -> ClusterConfig {
-        let members: Vec<Member> = (0..n)
-            .map(|i| {
-                let urls = vec![format!("http://10.0.0.{i}:2380")];
-                Member {
-                    name: format!("m{i}"),
-                    id: member_id(&urls, "tok"),
-                    peer_urls: urls,
-                }
-            })
-            .collect();
-        let own = members.iter().find(|m| m.name == name).unwrap().clone();
-        ClusterConfig {
-            name: name.into(),
-            token: "tok".into(),
-            listen_peer_urls: own.peer_urls.clone(),
-            advertise_peer_urls: own.peer_urls,
-            members,
-            heartbeat: Duration::from_millis(100),
-            election: Duration::from_secs(1),
-            existing: false,
-            snapshot_count: 10,
-            catchup_entries: 5,
-            peer_tls: None,
-            force_new_cluster: false,
-        }
+        let names: Vec<String> = (0..n).map(|i| format!("m{i}")).collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        ClusterConfig::for_tests(&names, name)
     }
 
     fn saved() -> Saved {

@@ -451,5 +451,46 @@ pub(super) fn build(
 }
 
 #[cfg(test)]
+impl ClusterConfig {
+    /// For unit tests elsewhere: members `names` at
+    /// `http://10.0.0.<i>:2380` (token `tok`, etcd's timings), as member
+    /// `me` starts.
+    pub fn for_tests(names: &[&str], me: &str) -> ClusterConfig {
+        let members: Vec<Member> = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                let urls = vec![format!("http://10.0.0.{i}:2380")];
+                Member {
+                    name: n.to_string(),
+                    id: member_id(&urls, "tok"),
+                    peer_urls: urls,
+                }
+            })
+            .collect();
+        let own = members
+            .iter()
+            .find(|m| m.name == me)
+            .unwrap()
+            .peer_urls
+            .clone();
+        ClusterConfig {
+            name: me.into(),
+            token: "tok".into(),
+            listen_peer_urls: own.clone(),
+            advertise_peer_urls: own,
+            members,
+            heartbeat: std::time::Duration::from_millis(100),
+            election: std::time::Duration::from_secs(1),
+            existing: false,
+            snapshot_count: 10,
+            catchup_entries: 5,
+            peer_tls: None,
+            force_new_cluster: false,
+        }
+    }
+}
+
+#[cfg(test)]
 #[path = "cluster_tests.rs"]
 mod tests;
