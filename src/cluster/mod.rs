@@ -53,6 +53,7 @@ mod logger;
 mod members;
 pub mod membership;
 mod node;
+mod peer_stream;
 mod peers;
 mod queue;
 mod reconfig;

@@ -1,6 +1,8 @@
 //! The sending side of one peer link: two lanes, each a task with a
 //! connection of its own, that encode the Raft messages queued for the peer
-//! and send them in batches to its `ephd.internal.RaftTransport` service.
+//! and send them in batches to its `ephd.internal.RaftTransport` service,
+//! on a long-lived stream per lane (`peer_stream.rs`; a snapshot as a call
+//! of its own, whose answer is its delivery report).
 //!
 //! * The **control** lane carries everything small and urgent: heartbeats
 //!   and their answers, votes, append answers, ReadIndex, leader transfer.
@@ -27,6 +29,7 @@
 
 use super::catchup;
 use super::input::Input;
+use super::peer_stream::{self, Link};
 use super::queue::Sender;
 use super::removal::Removal;
 use crate::proto::ephd::internal::{raft_transport_client::RaftTransportClient, RaftBatch};
@@ -38,7 +41,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
-use tonic::transport::ClientTlsConfig;
+use tonic::transport::{Channel, ClientTlsConfig};
+use tonic::Status;
 
 /// Most messages in one batch.
 const BATCH_MESSAGES: usize = 512;
@@ -161,15 +165,40 @@ async fn encode(m: Message) -> Option<Bytes> {
     }
 }
 
-/// Sends what is queued on one lane for one peer, a batch per call, until
-/// the Raft thread drops the queue.
+/// What a lane's queue gave.
+enum Next {
+    Message(Message),
+    /// The control lane was idle for [`PROBE_INTERVAL`]: time to probe.
+    Idle,
+    /// The Raft thread dropped the queue: the lane ends.
+    Closed,
+}
+
+/// The next message on `lane`'s queue; the control lane gives up after
+/// [`PROBE_INTERVAL`], so an idle peer is still probed.
+async fn next(lane: Lane, queue: &mut mpsc::Receiver<Message>) -> Next {
+    let got = match lane {
+        Lane::Control => match tokio::time::timeout(PROBE_INTERVAL, queue.recv()).await {
+            Ok(got) => got,
+            Err(_) => return Next::Idle,
+        },
+        Lane::Bulk => queue.recv().await,
+    };
+    got.map_or(Next::Closed, Next::Message)
+}
+
+/// Sends what is queued on one lane for one peer until the Raft thread
+/// drops the queue: each batch on the lane's stream to the peer
+/// (`peer_stream.rs`); a snapshot apart, as a call whose answer is its
+/// delivery report; everything as unary calls to a member that serves no
+/// stream (an older build).
 pub(super) async fn send_loop(
     to: Target,
     lane: Lane,
     mut queue: mpsc::Receiver<Message>,
     health: Arc<PeerHealth>,
 ) {
-    let Target { id, name, url, .. } = &to;
+    let Target { name, url, .. } = &to;
     let channel = match peer_channel(url, to.tls.clone()) {
         Ok(c) => c,
         Err(e) => {
@@ -178,90 +207,220 @@ pub(super) async fn send_loop(
         }
     };
     let mut client = RaftTransportClient::new(channel).max_encoding_message_size(MAX_BATCH_BYTES);
-    let mut reachable = true;
+    let mut state = LaneState {
+        to: &to,
+        lane,
+        health: &health,
+        reachable: true,
+    };
+    let mut link: Option<Link> = None;
+    // False once the peer answered that it serves no stream.
+    let mut streams = true;
     loop {
         // A peer Raft has nothing to say to (a follower to another
         // follower) gets an empty control batch now and then, so that
         // `health` knows whether it is reachable, as etcd's always-open
         // peer streams do.
-        let first = if lane == Lane::Control {
-            match tokio::time::timeout(PROBE_INTERVAL, queue.recv()).await {
-                Ok(Some(m)) => Some(m),
-                Ok(None) => return,
-                Err(_) => None,
-            }
-        } else {
-            match queue.recv().await {
-                Some(m) => Some(m),
-                None => return,
+        let first = tokio::select! {
+            got = next(lane, &mut queue) => match got {
+                Next::Message(m) => Some(m),
+                Next::Idle => None,
+                Next::Closed => return,
+            },
+            answer = peer_stream::answer(&mut link) => {
+                if answer.is_err() {
+                    link = None;
+                }
+                if !state.outcome(answer) {
+                    return;
+                }
+                continue;
             }
         };
+        // Gathers a batch; stops at a snapshot, which goes after the
+        // appends queued before it.
         let mut bytes = 0;
-        let mut snapshots = 0;
         let mut messages: Vec<Bytes> = Vec::new();
+        let mut snapshot = None;
         let mut next = first;
         while let Some(m) = next.take() {
-            let snapshot = m.get_msg_type() == MessageType::MsgSnapshot;
+            if m.get_msg_type() == MessageType::MsgSnapshot {
+                snapshot = Some(m);
+                break;
+            }
             if let Some(b) = encode(m).await {
                 bytes += b.len();
-                snapshots += usize::from(snapshot);
                 messages.push(b);
-            } else if snapshot {
-                catchup::report(&to.inbox, *id, false);
             }
             if messages.len() < BATCH_MESSAGES && bytes < BATCH_BYTES {
                 next = queue.try_recv().ok();
             }
         }
-        if messages.is_empty() && lane == Lane::Bulk {
-            continue;
+        let probe = messages.is_empty() && snapshot.is_none();
+        if !messages.is_empty() || (probe && lane == Lane::Control) {
+            let batch = RaftBatch {
+                messages,
+                from: to.me,
+                ack: 0,
+            };
+            let limit = state.limit(bytes);
+            let sent = if streams {
+                match stream_send(&mut client, &mut link, batch, limit).await {
+                    Streamed::Sent => None,
+                    Streamed::Failed(e) => Some(Err(e)),
+                    Streamed::Unimplemented(batch) => {
+                        streams = false;
+                        Some(unary(&mut client, batch, limit).await)
+                    }
+                }
+            } else {
+                Some(unary(&mut client, batch, limit).await)
+            };
+            if let Some(sent) = sent {
+                if !state.outcome(sent) {
+                    return;
+                }
+            }
         }
-        let batch = RaftBatch {
-            messages,
-            from: to.me,
-            ack: 0,
-        };
-        let limit = match lane {
-            Lane::Control => SEND_TIMEOUT,
-            Lane::Bulk => bulk_timeout(bytes),
-        };
-        let sent = match tokio::time::timeout(limit, client.send(batch)).await {
-            Ok(r) => r,
-            Err(_) => Err(tonic::Status::deadline_exceeded(format!(
-                "no answer within {limit:?}"
-            ))),
-        };
-        if let Err(e) = &sent {
-            if super::removal::says_removed(e) {
-                // Nothing more to send: this member stops.
-                to.removal.raise(to.me, &format!("member {name} says so"));
+        if let Some(m) = snapshot {
+            let sent = send_snapshot(&mut client, to.me, m).await;
+            catchup::report(&to.inbox, to.id, sent.is_ok());
+            if !state.outcome(sent) {
                 return;
             }
         }
-        for _ in 0..snapshots {
-            catchup::report(&to.inbox, *id, sent.is_ok());
-        }
-        if lane == Lane::Bulk {
-            if let Err(e) = &sent {
-                tracing::debug!(peer = %name, error = %e, bytes, "raft bulk batch not delivered");
+    }
+}
+
+/// What handing a batch to the lane's stream came to.
+enum Streamed {
+    /// Handed over; its ack (if it asked) comes on the stream.
+    Sent,
+    /// The stream could not be opened or is stuck: the batch is dropped,
+    /// as a failed call's was.
+    Failed(Status),
+    /// The peer serves no stream: the batch, to be sent as a unary call.
+    Unimplemented(RaftBatch),
+}
+
+/// Hands `batch` to the stream in `link`, opening one when there is none
+/// (or when the peer has not acked within `limit`).
+async fn stream_send(
+    client: &mut RaftTransportClient<Channel>,
+    link: &mut Option<Link>,
+    batch: RaftBatch,
+    limit: Duration,
+) -> Streamed {
+    if link.as_ref().is_some_and(|l| l.overdue(limit)) {
+        *link = None;
+        return Streamed::Failed(Status::deadline_exceeded(
+            "the peer did not answer on its stream",
+        ));
+    }
+    if link.is_none() {
+        match Link::open(client).await {
+            Ok(l) => *link = Some(l),
+            Err(e) if e.code() == tonic::Code::Unimplemented => {
+                return Streamed::Unimplemented(batch)
             }
-            continue;
+            Err(e) => return Streamed::Failed(e),
         }
-        match &sent {
-            Ok(_) => health.answered(*id),
-            Err(_) => health.failed(*id),
+    }
+    let Some(l) = link else {
+        return Streamed::Failed(Status::internal("no stream"));
+    };
+    if l.send(batch, limit).await {
+        Streamed::Sent
+    } else {
+        *link = None;
+        Streamed::Failed(Status::deadline_exceeded("the stream to the peer is stuck"))
+    }
+}
+
+/// Sends `batch` as one unary call, within `limit`.
+async fn unary(
+    client: &mut RaftTransportClient<Channel>,
+    batch: RaftBatch,
+    limit: Duration,
+) -> Result<(), Status> {
+    match tokio::time::timeout(limit, client.send(batch)).await {
+        Ok(r) => r.map(|_| ()),
+        Err(_) => Err(Status::deadline_exceeded(format!(
+            "no answer within {limit:?}"
+        ))),
+    }
+}
+
+/// Sends the snapshot message `m` as a call of its own, within a time
+/// that grows with its size; its answer is the delivery report raft needs.
+async fn send_snapshot(
+    client: &mut RaftTransportClient<Channel>,
+    me: u64,
+    m: Message,
+) -> Result<(), Status> {
+    let Some(b) = encode(m).await else {
+        return Err(Status::internal("cannot encode the snapshot"));
+    };
+    let limit = bulk_timeout(b.len());
+    let batch = RaftBatch {
+        messages: vec![b],
+        from: me,
+        ack: 0,
+    };
+    unary(client, batch, limit).await
+}
+
+/// What a lane knows about its peer between batches.
+struct LaneState<'a> {
+    to: &'a Target,
+    lane: Lane,
+    health: &'a PeerHealth,
+    /// Whether the last answer came (for logging changes only).
+    reachable: bool,
+}
+
+impl LaneState<'_> {
+    /// How long a batch of `bytes` may take on this lane (handed to the
+    /// stream, or answered).
+    fn limit(&self, bytes: usize) -> Duration {
+        match self.lane {
+            Lane::Control => SEND_TIMEOUT,
+            // A stream's ack may wait behind the batches handed before.
+            Lane::Bulk => bulk_timeout(bytes.max(peer_stream::HANDED * BATCH_BYTES)),
         }
-        match sent {
-            Ok(_) if !reachable => {
-                reachable = true;
-                tracing::info!(peer = %name, url = %url, "peer reachable again");
+    }
+
+    /// Records whether the peer answered; false when it said this member
+    /// was removed (raised: this member stops, nothing more to send).
+    /// Only the control lane, which probes, records the peer's health.
+    fn outcome(&mut self, answer: Result<(), Status>) -> bool {
+        let Target { id, name, url, .. } = self.to;
+        match answer {
+            Err(e) if super::removal::says_removed(&e) => {
+                self.to
+                    .removal
+                    .raise(self.to.me, &format!("member {name} says so"));
+                return false;
             }
-            Ok(_) => {}
-            Err(e) if reachable => {
-                reachable = false;
-                tracing::warn!(peer = %name, url = %url, error = %e, "peer unreachable; raft messages to it are dropped until it answers");
+            Err(e) if self.lane == Lane::Bulk => {
+                tracing::debug!(peer = %name, error = %e, "raft bulk batch not delivered");
             }
-            Err(_) => {}
+            Ok(()) if self.lane == Lane::Bulk => {}
+            Ok(()) => {
+                self.health.answered(*id);
+                if !self.reachable {
+                    self.reachable = true;
+                    tracing::info!(peer = %name, url = %url, "peer reachable again");
+                }
+            }
+            Err(e) => {
+                self.health.failed(*id);
+                if self.reachable {
+                    self.reachable = false;
+                    tracing::warn!(peer = %name, url = %url, error = %e, "peer unreachable; raft messages to it are dropped until it answers");
+                }
+            }
         }
+        true
     }
 }
