@@ -7,7 +7,8 @@
 //!   When it has nothing to send it probes the peer every half second, so
 //!   [`PeerHealth`] knows whether the peer answers.
 //! * The **bulk** lane carries appends (all of them, so they keep their
-//!   order) and snapshots.
+//!   order) and snapshots; a snapshot is sent apart, its data in chunks
+//!   on a stream of its own (`snapshot_send.rs`).
 //!   A follower catching up a long log or a large snapshot keeps this lane
 //!   busy for seconds; measured on the failover benchmark, heartbeats queued
 //!   behind that traffic on one connection reached the follower too late,
@@ -29,6 +30,7 @@ use super::catchup;
 use super::input::Input;
 use super::queue::Sender;
 use super::removal::Removal;
+use super::snapshot_send;
 use crate::proto::ephd::internal::{raft_transport_client::RaftTransportClient, RaftBatch};
 use bytes::Bytes;
 use parking_lot::Mutex;
@@ -44,11 +46,13 @@ use tonic::transport::ClientTlsConfig;
 const BATCH_MESSAGES: usize = 512;
 /// Most bytes in one batch (a single larger message is sent alone).
 const BATCH_BYTES: usize = 8 * 1024 * 1024;
-/// Largest snapshot a member sends or accepts (snapshots travel as one
-/// message; chunking them is not built yet).
+/// Largest snapshot in one message: what an ephd from before chunked
+/// snapshots (`snapshot_send.rs`) sends in one `Send` call, still accepted
+/// from it. Chunked snapshots are bounded by the receiver's memory instead
+/// (`snapshot_recv.rs`).
 pub const MAX_SNAPSHOT_BYTES: usize = 1 << 30;
-/// Largest batch a member accepts: a few batches' worth, or a snapshot
-/// with the batch it came in.
+/// Largest batch a member accepts: a few batches' worth, or an older
+/// member's snapshot with the batch it came in.
 pub const MAX_BATCH_BYTES: usize = MAX_SNAPSHOT_BYTES + 4 * BATCH_BYTES;
 /// How long one connection attempt to a peer may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -197,17 +201,21 @@ pub(super) async fn send_loop(
             }
         };
         let mut bytes = 0;
-        let mut snapshots = 0;
         let mut messages: Vec<Bytes> = Vec::new();
         let mut next = first;
         while let Some(m) = next.take() {
-            let snapshot = m.get_msg_type() == MessageType::MsgSnapshot;
-            if let Some(b) = encode(m).await {
+            if m.get_msg_type() == MessageType::MsgSnapshot {
+                // Sent apart, its data in chunks; its answer is the
+                // delivery report raft needs.
+                let sent = snapshot_send::send_snapshot(&mut client, to.me, m).await;
+                if sent.as_ref().is_err_and(super::removal::says_removed) {
+                    to.removal.raise(to.me, &format!("member {name} says so"));
+                    return;
+                }
+                catchup::report(&to.inbox, *id, sent.is_ok());
+            } else if let Some(b) = encode(m).await {
                 bytes += b.len();
-                snapshots += usize::from(snapshot);
                 messages.push(b);
-            } else if snapshot {
-                catchup::report(&to.inbox, *id, false);
             }
             if messages.len() < BATCH_MESSAGES && bytes < BATCH_BYTES {
                 next = queue.try_recv().ok();
@@ -237,9 +245,6 @@ pub(super) async fn send_loop(
                 to.removal.raise(to.me, &format!("member {name} says so"));
                 return;
             }
-        }
-        for _ in 0..snapshots {
-            catchup::report(&to.inbox, *id, sent.is_ok());
         }
         if lane == Lane::Bulk {
             if let Err(e) = &sent {
