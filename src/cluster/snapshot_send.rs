@@ -48,6 +48,11 @@ pub const MAX_CHUNK_BYTES: usize = 64 << 20;
 pub const SINGLE_MESSAGE_MAX_BYTES: usize = (1 << 30) - (1 << 20);
 /// The time any snapshot transfer is given, on top of its size's.
 const BASE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a refusal that sending again at once would only repeat (too
+/// large for the peer, not taken there) is held before it is reported:
+/// raft sends a failed snapshot again at the follower's next heartbeat
+/// answer, and each try would log a warning on both members.
+const REFUSED_PAUSE: Duration = Duration::from_secs(5);
 /// The slowest transfer a snapshot is given time for, in bytes per second
 /// (the bulk lane's rate, `sender.rs`): 8 GiB get about 14 minutes.
 const BYTES_PER_SEC: u64 = 10 << 20;
@@ -174,14 +179,30 @@ pub(super) async fn send_snapshot(
             chunks = Frames::chunks(bytes, chunk),
             "raft snapshot sent"
         ),
-        Err(e) => tracing::warn!(
-            to = %format_args!("{to:x}"),
-            bytes,
-            error = %e,
-            "raft snapshot not delivered"
-        ),
+        Err(e) => {
+            tracing::warn!(
+                to = %format_args!("{to:x}"),
+                bytes,
+                error = %e,
+                "raft snapshot not delivered"
+            );
+            if lasting(e) {
+                tokio::time::sleep(REFUSED_PAUSE).await;
+            }
+        }
     }
     sent
+}
+
+/// Whether sending again at once would meet the same refusal: the
+/// snapshot is too large for the peer, or the peer does not take it (but
+/// not a removal, which the caller acts on at once).
+fn lasting(e: &Status) -> bool {
+    match e.code() {
+        Code::ResourceExhausted => true,
+        Code::FailedPrecondition => !super::removal::says_removed(e),
+        _ => false,
+    }
 }
 
 /// The way to an older ephd: the whole message in one `Send` call, when
@@ -325,6 +346,16 @@ mod tests {
         assert_eq!(e.code(), Code::FailedPrecondition);
         assert!(e.message().contains("older ephd"), "{e:?}");
         assert!(fits_one_message(usize::MAX).is_err());
+    }
+
+    #[test]
+    fn refusals_that_would_repeat_are_held_but_not_a_removal() {
+        assert!(lasting(&Status::resource_exhausted("too large")));
+        assert!(lasting(&fits_one_message(usize::MAX).unwrap_err()));
+        let removed = Status::failed_precondition(super::super::removal::REMOVED);
+        assert!(!lasting(&removed));
+        assert!(!lasting(&Status::unavailable("busy")));
+        assert!(!lasting(&Status::deadline_exceeded("slow")));
     }
 
     #[test]
