@@ -23,14 +23,11 @@
 //!
 //! # Sizes
 //! The whole snapshot may be any size: offsets are `usize`, the end
-//! record counts bytes in a `u64`, and CRC-32 covers any length. Only a
-//! record's length is 32 bits. A key's history, which grows with the
-//! versions kept since the last compaction (a 1 MiB value rewritten 300
-//! times is 300 MiB), is cut into records of about [`KEY_RECORD_BYTES`];
-//! an event holds at most two key-values; so a record stays far below
-//! 4 GiB as long as a key-value is below 2 GiB, which the protobuf message
-//! it was written in bounds. Records are sliced from the bytes in memory,
-//! so their length never sizes an allocation.
+//! record counts bytes in a `u64`, CRC-32 covers any length. A record's
+//! length is 32 bits (`snapshot_records.rs` says why that suffices); a
+//! key's history, which grows with the versions kept since the last
+//! compaction (a 1 MiB value rewritten 300 times is 300 MiB), is cut into
+//! records of about [`KEY_RECORD_BYTES`].
 //!
 //! Decoding is all or nothing, as for `--data-dir` snapshots: any damage,
 //! any record that breaks the store's invariants (keys out of order,
@@ -38,6 +35,7 @@
 //! unknown kind makes the whole snapshot an error; the store is touched
 //! only with a snapshot that decoded whole.
 
+use super::snapshot_records::{Reader, Writer};
 use crate::mvcc::{AlarmMember, Event, EventKind, ImageLease, ImageVersion, KeyValue, StoreImage};
 use crate::mvcc::{Kv, LoggedEvent};
 use crate::proto::mvccpb;
@@ -210,27 +208,6 @@ fn core_kv(kv: mvccpb::KeyValue, key: Option<&Bytes>) -> Kv {
     })
 }
 
-struct Writer {
-    out: Vec<u8>,
-    records: u64,
-}
-
-impl Writer {
-    fn record(&mut self, kind: u8, payload: &[u8]) {
-        let mut crc = crc32fast::Hasher::new();
-        crc.update(&[kind]);
-        crc.update(payload);
-        // Never a truncated length (see "Sizes" in the module docs).
-        let len = u32::try_from(payload.len() + 1)
-            .expect("a snapshot record under 4 GiB: histories are cut, key-values are under 2 GiB");
-        self.out.extend_from_slice(&len.to_le_bytes());
-        self.out.extend_from_slice(&crc.finalize().to_le_bytes());
-        self.out.push(kind);
-        self.out.extend_from_slice(payload);
-        self.records += 1;
-    }
-}
-
 /// Encodes a snapshot (see the module docs for the layout).
 pub fn encode(snap: &Snapshot) -> Vec<u8> {
     encode_cut(snap, KEY_RECORD_BYTES)
@@ -240,10 +217,7 @@ pub fn encode(snap: &Snapshot) -> Vec<u8> {
 /// (tests cut small ones).
 pub(super) fn encode_cut(snap: &Snapshot, key_record_bytes: usize) -> Vec<u8> {
     let image = &snap.image;
-    let mut w = Writer {
-        out: MAGIC.to_vec(),
-        records: 0,
-    };
+    let mut w = Writer::new(MAGIC);
     let meta = Meta {
         revision: image.revision,
         compacted: image.compacted,
@@ -384,38 +358,6 @@ fn resolve_ref(image: &StoreImage, rec: &EventRefRecord, n: u64) -> Result<Event
     })
 }
 
-/// Reads records off a byte slice.
-struct Reader<'a> {
-    bytes: &'a [u8],
-    at: usize,
-}
-
-impl<'a> Reader<'a> {
-    fn record(&mut self, n: u64) -> Result<(u8, &'a [u8]), String> {
-        let at = self.at;
-        let head = self
-            .bytes
-            .get(at..at + 8)
-            .ok_or_else(|| format!("cut short before record {n} at byte {at}"))?;
-        let len = u32::from_le_bytes(head[..4].try_into().expect("4 bytes")) as usize;
-        let crc = u32::from_le_bytes(head[4..].try_into().expect("4 bytes"));
-        if len == 0 {
-            return Err(format!(
-                "record {n} at byte {at} has an impossible length 0"
-            ));
-        }
-        let body = self
-            .bytes
-            .get(at + 8..(at + 8).saturating_add(len))
-            .ok_or_else(|| format!("record {n} at byte {at} is incomplete"))?;
-        if crc32fast::hash(body) != crc {
-            return Err(format!("record {n} at byte {at} fails its checksum"));
-        }
-        self.at = at + 8 + len;
-        Ok((body[0], &body[1..]))
-    }
-}
-
 fn bad(n: u64, what: &str, e: prost::DecodeError) -> String {
     format!("record {n} ({what}) passes its checksum but does not decode: {e}")
 }
@@ -426,10 +368,7 @@ pub fn decode(bytes: &[u8]) -> Result<Snapshot, String> {
     if bytes.get(..MAGIC.len()) != Some(MAGIC.as_slice()) {
         return Err("not an ephd raft snapshot (bad header)".into());
     }
-    let mut r = Reader {
-        bytes,
-        at: MAGIC.len(),
-    };
+    let mut r = Reader::new(bytes, MAGIC.len());
     let (kind, payload) = r.record(0)?;
     if kind != KIND_META {
         return Err(format!("record 0 is of kind {kind}, not the meta record"));
