@@ -266,6 +266,20 @@ pub struct Config {
     )]
     pub warning_apply_duration: Duration,
 
+    /// Cluster mode: bytes of snapshot data per frame when this member
+    /// sends a snapshot to a peer (1 KiB to 64 MiB). Hidden from `--help`:
+    /// the default suits every store; tests set it small to send a
+    /// snapshot in many chunks.
+    #[arg(
+        long = "experimental-snapshot-chunk-bytes",
+        env = "EPHD_EXPERIMENTAL_SNAPSHOT_CHUNK_BYTES",
+        default_value_t = 4 << 20,
+        value_parser = clap::value_parser!(u64).range(1024..=64 << 20),
+        hide = true
+    )]
+    #[serde(rename = "experimental-snapshot-chunk-bytes")]
+    pub snapshot_chunk_bytes: u64,
+
     /// Log format: `zap` writes one JSON object per line with etcd's field
     /// names (`level`, `ts`, `caller`, `msg`), as etcd 3.5+ always does;
     /// `capnslog` writes text lines, for etcd 3.4 command lines that ask for

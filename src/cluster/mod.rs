@@ -17,8 +17,9 @@
 //!   waiting for their answer, woken per applied batch.
 //! * `entry.rs`: a store entry as the bytes of a log entry
 //!   (`auth_change.rs`: an auth change's part).
-//! * `catchup.rs` and `snapshot.rs`: the bounded log, and snapshots of the
-//!   whole store for followers behind it.
+//! * `catchup.rs` (with `mvcc::snapshot`): the bounded log, and snapshots of the
+//!   whole store for followers behind it; `snapshot_send.rs` and
+//!   `snapshot_recv.rs`: a snapshot's data sent to a peer in chunks.
 //! * `membership.rs`: the members as replicated state, changed by conf
 //!   change entries; `reconfig.rs`: the Cluster API's changes and their
 //!   checks; `join.rs`: how a member starts (new or joining) and the peer
@@ -65,6 +66,8 @@ mod saving;
 mod sections;
 mod seen;
 mod sender;
+mod snapshot_recv;
+mod snapshot_send;
 mod status;
 mod timeouts;
 mod transfer;
@@ -81,6 +84,8 @@ pub use node::Node;
 pub use peers::MAX_BATCH_BYTES;
 pub use reconfig::{check_urls, start_node};
 pub use saving::{save_loop, write as write_saved};
+pub use snapshot_recv::set_receive_limit as set_snapshot_receive_limit;
+pub use snapshot_send::set_chunk_bytes as set_snapshot_chunk_bytes;
 pub use status::RaftStatus;
 pub use transport::PeerService;
 

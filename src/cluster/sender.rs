@@ -1,15 +1,15 @@
 //! The sending side of one peer link: two lanes, each a task with a
 //! connection of its own, that encode the Raft messages queued for the peer
 //! and send them in batches to its `ephd.internal.RaftTransport` service,
-//! on a long-lived stream per lane (`peer_stream.rs`; a snapshot as a call
-//! of its own, whose answer is its delivery report).
+//! on a long-lived stream per lane (`peer_stream.rs`).
 //!
 //! * The **control** lane carries everything small and urgent: heartbeats
 //!   and their answers, votes, append answers, ReadIndex, leader transfer.
 //!   When it has nothing to send it probes the peer every half second, so
 //!   [`PeerHealth`] knows whether the peer answers.
 //! * The **bulk** lane carries appends (all of them, so they keep their
-//!   order) and snapshots.
+//!   order) and snapshots; a snapshot is sent apart, its data in chunks
+//!   on a stream of its own (`snapshot_send.rs`).
 //!   A follower catching up a long log or a large snapshot keeps this lane
 //!   busy for seconds; measured on the failover benchmark, heartbeats queued
 //!   behind that traffic on one connection reached the follower too late,
@@ -20,8 +20,8 @@
 //! Messages are encoded here, on the tokio runtime, not on the Raft thread:
 //! a leader feeding a member that catches up produces hundreds of MiB of
 //! appends and a snapshot that may be hundreds of MiB, and encoding them on
-//! the Raft thread held its ticks and heartbeats back. A snapshot is encoded
-//! on a blocking thread. A bulk batch may take longer than the usual send
+//! the Raft thread held its ticks and heartbeats back. A large message is
+//! encoded on a blocking thread. A bulk batch may take longer than the usual send
 //! timeout: its timeout grows with its size ([`bulk_timeout`]).
 //!
 //! Raft tolerates lost and reordered messages; order is kept within a lane,
@@ -32,6 +32,7 @@ use super::input::Input;
 use super::peer_stream::{self, Link};
 use super::queue::Sender;
 use super::removal::Removal;
+use super::snapshot_send;
 use crate::proto::ephd::internal::{raft_transport_client::RaftTransportClient, RaftBatch};
 use bytes::Bytes;
 use parking_lot::Mutex;
@@ -48,11 +49,13 @@ use tonic::Status;
 const BATCH_MESSAGES: usize = 512;
 /// Most bytes in one batch (a single larger message is sent alone).
 const BATCH_BYTES: usize = 8 * 1024 * 1024;
-/// Largest snapshot a member sends or accepts (snapshots travel as one
-/// message; chunking them is not built yet).
+/// Largest snapshot in one message: what an ephd from before chunked
+/// snapshots (`snapshot_send.rs`) sends in one `Send` call, still accepted
+/// from it. Chunked snapshots are bounded by the receiver's memory instead
+/// (`snapshot_recv.rs`).
 pub const MAX_SNAPSHOT_BYTES: usize = 1 << 30;
-/// Largest batch a member accepts: a few batches' worth, or a snapshot
-/// with the batch it came in.
+/// Largest batch a member accepts: a few batches' worth, or an older
+/// member's snapshot with the batch it came in.
 pub const MAX_BATCH_BYTES: usize = MAX_SNAPSHOT_BYTES + 4 * BATCH_BYTES;
 /// How long one connection attempt to a peer may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -283,7 +286,8 @@ pub(super) async fn send_loop(
             }
         }
         if let Some(m) = snapshot {
-            let sent = send_snapshot(&mut client, to.me, m).await;
+            // Sent apart, its data in chunks (`snapshot_send.rs`).
+            let sent = snapshot_send::send_snapshot(&mut client, to.me, m).await;
             catchup::report(&to.inbox, to.id, sent.is_ok());
             if !state.outcome(sent) {
                 return;
@@ -349,25 +353,6 @@ async fn unary(
             "no answer within {limit:?}"
         ))),
     }
-}
-
-/// Sends the snapshot message `m` as a call of its own, within a time
-/// that grows with its size; its answer is the delivery report raft needs.
-async fn send_snapshot(
-    client: &mut RaftTransportClient<Channel>,
-    me: u64,
-    m: Message,
-) -> Result<(), Status> {
-    let Some(b) = encode(m).await else {
-        return Err(Status::internal("cannot encode the snapshot"));
-    };
-    let limit = bulk_timeout(b.len());
-    let batch = RaftBatch {
-        messages: vec![b],
-        from: me,
-        ack: 0,
-    };
-    unary(client, batch, limit).await
 }
 
 /// What a lane knows about its peer between batches.

@@ -1,15 +1,20 @@
 //! Raft messages from the other members: a small gRPC service
 //! (`ephd.internal.RaftTransport`) on the peer listener, which hands each
 //! message to the Raft thread, whether it came on a peer's stream or in a
-//! unary call (snapshots, older members) (none from a member the cluster removed,
-//! which is told so: `removal.rs`). The sending side is `peers.rs`.
+//! unary call (older members) (none from a member the cluster removed,
+//! which is told so: `removal.rs`). A snapshot comes on a stream of its
+//! own, its data in chunks, reassembled by `snapshot_recv.rs`. The sending
+//! side is `peers.rs`.
 
 use super::input::Input;
 use super::lease_forward;
 use super::node::Node;
-use super::queue::Sender;
+use super::queue::{Sender, TrySendError};
 use super::removal;
-use crate::proto::ephd::internal::{raft_transport_server::RaftTransport, RaftAck, RaftBatch};
+use super::snapshot_recv::{self, Bounds, Gate};
+use crate::proto::ephd::internal::{
+    raft_transport_server::RaftTransport, RaftAck, RaftBatch, SnapshotFrame,
+};
 use crate::proto::etcdserverpb as pb;
 use futures::Stream;
 use protobuf::Message as _;
@@ -25,6 +30,8 @@ pub struct PeerService {
     id: u64,
     inbox: Sender<Input>,
     node: Arc<Node>,
+    /// One chunked snapshot received at a time.
+    snapshots: Arc<Gate>,
 }
 
 impl PeerService {
@@ -34,6 +41,7 @@ impl PeerService {
             id: node.id(),
             inbox: node.inbox(),
             node: node.clone(),
+            snapshots: Arc::default(),
         }
     }
 }
@@ -48,23 +56,48 @@ impl PeerService {
             // Shares the batch's buffer: a snapshot's data is not copied.
             let m = Message::parse_from_carllerche_bytes(&bytes)
                 .map_err(|e| Status::invalid_argument(format!("not a raft message: {e}")))?;
-            if m.get_to() != self.id {
-                // Meant for another member (a misconfigured peer URL).
-                continue;
+            if self.admit(&m, sender.is_err()) {
+                // Full: dropped, Raft retries.
+                let _ = self.inbox.try_send(Input::Step(Box::new(m)));
             }
-            // A removed member (or one of a cluster forced anew) never takes
-            // part again: its votes and appends are dropped, as etcd
-            // rejects its streams; only a removed leader's hand-over is taken.
-            let removed =
-                sender.is_err() || self.node.members().current.read().is_removed(m.get_from());
-            if removed && !removal::taken_from_removed(&m) {
-                continue;
-            }
-            self.node.seen.record(&m);
-            // Full: dropped, Raft retries.
-            let _ = self.inbox.try_send(Input::Step(Box::new(m)));
         }
         sender
+    }
+
+    /// Whether `m` goes to the Raft thread (its sender noted); `refused`:
+    /// the member that sent it was removed.
+    fn admit(&self, m: &Message, refused: bool) -> bool {
+        if m.get_to() != self.id {
+            // Meant for another member (a misconfigured peer URL).
+            return false;
+        }
+        // A removed member (or one of a cluster forced anew) never takes
+        // part again: its votes and appends are dropped, as etcd
+        // rejects its streams; only a removed leader's hand-over is taken.
+        let removed = refused || self.node.members().current.read().is_removed(m.get_from());
+        if removed && !removal::taken_from_removed(m) {
+            return false;
+        }
+        self.node.seen.record(m);
+        true
+    }
+
+    /// A chunked snapshot's header, before its data is read: refused as
+    /// [`PeerService::take`] refuses a batch (a removed sender is told
+    /// so), and also when the message would not be taken, since its
+    /// answer tells the sender the snapshot was delivered.
+    fn admit_snapshot(&self, h: &snapshot_recv::Header) -> Result<(), Status> {
+        removal::check_sender(&self.node.members().current.read(), h.from)?;
+        if self.admit(&h.message, false) {
+            Ok(())
+        } else {
+            Err(Status::failed_precondition(format!(
+                "snapshot stream: a snapshot from member {:x} to member {:x} is not taken by member {:x}",
+                h.message.get_from(),
+                h.message.get_to(),
+                self.id
+            )))
+        }
     }
 }
 
@@ -78,6 +111,38 @@ impl RaftTransport for PeerService {
     async fn send(&self, req: Request<RaftBatch>) -> Result<Response<RaftAck>, Status> {
         self.take(req.into_inner())
             .map(|()| Response::new(RaftAck { ack: 0 }))
+    }
+
+    async fn send_snapshot(
+        &self,
+        req: Request<Streaming<SnapshotFrame>>,
+    ) -> Result<Response<RaftAck>, Status> {
+        let mut frames = req.into_inner();
+        let bounds = Bounds::current();
+        let received = snapshot_recv::receive(&mut frames, &self.snapshots, bounds, |h| {
+            self.admit_snapshot(h)
+        })
+        .await;
+        let received = received.inspect_err(|e| {
+            tracing::warn!(error = %e, "raft snapshot stream refused");
+        })?;
+        tracing::info!(
+            from = %format_args!("{:x}", received.from),
+            bytes = received.message.get_snapshot().get_data().len(),
+            chunks = received.chunks,
+            "raft snapshot received"
+        );
+        // Not dropped when the Raft thread's inbox is full, as a batch's
+        // messages are: this one may have taken minutes to arrive.
+        let step = Input::Step(Box::new(received.message));
+        if let Err(TrySendError::Full(step)) = self.inbox.try_send(step) {
+            let inbox = self.inbox.clone();
+            let _ = tokio::task::spawn_blocking(move || {
+                let _ = inbox.send(step);
+            })
+            .await;
+        }
+        Ok(Response::new(RaftAck { ack: 0 }))
     }
 
     type StreamStream = Acks;

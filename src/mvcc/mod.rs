@@ -46,6 +46,7 @@ mod read;
 mod restore;
 mod sequencer;
 pub mod snapshot;
+mod snapshot_records;
 mod stats;
 mod store;
 mod store_limits;

@@ -10,8 +10,10 @@
 //! `EPHDRAFT1\n`, then records framed like `--data-dir` snapshots
 //! (`persist`): `[len: u32 LE][crc32 of body: u32 LE][body]`, `body =
 //! [kind: u8][protobuf payload]`. One meta record first (revisions, the
-//! Raft index and term it was taken at), then key histories in strictly
-//! ascending key order, change-log events in log order (a put whose new
+//! Raft index and term it was taken at), then key histories in ascending
+//! key order (a history larger than [`KEY_RECORD_BYTES`] goes on in further
+//! records of the same key, its versions still ascending), change-log
+//! events in log order (a put whose new
 //! and previous versions the history holds names them by revision rather
 //! than carrying their values again: kind 8, which an ephd older than this
 //! format refuses as unknown), leases, alarms,
@@ -19,12 +21,21 @@
 //! number of records before it, the CRC-32 of every byte before it and
 //! that byte count. Nothing may follow it.
 //!
+//! # Sizes
+//! The whole snapshot may be any size: offsets are `usize`, the end
+//! record counts bytes in a `u64`, CRC-32 covers any length. A record's
+//! length is 32 bits (`snapshot_records.rs` says why that suffices); a
+//! key's history, which grows with the versions kept since the last
+//! compaction (a 1 MiB value rewritten 300 times is 300 MiB), is cut into
+//! records of about [`KEY_RECORD_BYTES`].
+//!
 //! Decoding is all or nothing, as for `--data-dir` snapshots: any damage,
 //! any record that breaks the store's invariants (keys out of order,
 //! revisions above the snapshot's, an event below its compaction) or an
 //! unknown kind makes the whole snapshot an error; the store is touched
 //! only with a snapshot that decoded whole.
 
+use super::snapshot_records::{Reader, Writer};
 use crate::mvcc::{AlarmMember, Event, EventKind, ImageLease, ImageVersion, KeyValue, StoreImage};
 use crate::mvcc::{Kv, LoggedEvent};
 use crate::proto::mvccpb;
@@ -42,9 +53,11 @@ const KIND_MEMBERS: u8 = 6;
 const KIND_AUTH: u8 = 7;
 const KIND_EVENT_REF: u8 = 8;
 const KIND_END: u8 = 0xff;
-/// Largest record: one key's history or one event (a key-value is at most
-/// `--max-request-bytes`, but a history holds many versions).
-const MAX_RECORD: usize = 256 << 20;
+/// The size a key's history is cut into records of (its versions' encoded
+/// bytes; only a single version larger than this makes a larger record).
+/// An ephd from before this cut refused records over 256 MiB, so a history
+/// larger than that never reached one whole either way.
+pub const KEY_RECORD_BYTES: usize = 64 << 20;
 
 /// State of cluster mode kept outside the MVCC store, carried opaquely:
 /// cluster mode fills them when it captures a snapshot and installs them
@@ -195,32 +208,16 @@ fn core_kv(kv: mvccpb::KeyValue, key: Option<&Bytes>) -> Kv {
     })
 }
 
-struct Writer {
-    out: Vec<u8>,
-    records: u64,
-}
-
-impl Writer {
-    fn record(&mut self, kind: u8, payload: &[u8]) {
-        let mut crc = crc32fast::Hasher::new();
-        crc.update(&[kind]);
-        crc.update(payload);
-        self.out
-            .extend_from_slice(&(payload.len() as u32 + 1).to_le_bytes());
-        self.out.extend_from_slice(&crc.finalize().to_le_bytes());
-        self.out.push(kind);
-        self.out.extend_from_slice(payload);
-        self.records += 1;
-    }
-}
-
 /// Encodes a snapshot (see the module docs for the layout).
 pub fn encode(snap: &Snapshot) -> Vec<u8> {
+    encode_cut(snap, KEY_RECORD_BYTES)
+}
+
+/// [`encode`] with histories cut into records of about `key_record_bytes`
+/// (tests cut small ones).
+pub(super) fn encode_cut(snap: &Snapshot, key_record_bytes: usize) -> Vec<u8> {
     let image = &snap.image;
-    let mut w = Writer {
-        out: MAGIC.to_vec(),
-        records: 0,
-    };
+    let mut w = Writer::new(MAGIC);
     let meta = Meta {
         revision: image.revision,
         compacted: image.compacted,
@@ -234,16 +231,25 @@ pub fn encode(snap: &Snapshot) -> Vec<u8> {
     };
     w.record(KIND_META, &meta.encode_to_vec());
     for (key, versions) in &image.keys {
-        let rec = KeyRecord {
+        let mut rec = KeyRecord {
             key: key.clone(),
-            versions: versions
-                .iter()
-                .map(|v| VersionRecord {
-                    revision: v.revision,
-                    kv: v.kv.as_deref().map(|kv| pb_kv(kv, false)),
-                })
-                .collect(),
+            versions: Vec::new(),
         };
+        let mut bytes = 0;
+        for v in versions {
+            let v = VersionRecord {
+                revision: v.revision,
+                kv: v.kv.as_deref().map(|kv| pb_kv(kv, false)),
+            };
+            let len = v.encoded_len();
+            if !rec.versions.is_empty() && bytes + len > key_record_bytes {
+                w.record(KIND_KEY, &rec.encode_to_vec());
+                rec.versions.clear();
+                bytes = 0;
+            }
+            bytes += len;
+            rec.versions.push(v);
+        }
         w.record(KIND_KEY, &rec.encode_to_vec());
     }
     for e in &image.events {
@@ -352,38 +358,6 @@ fn resolve_ref(image: &StoreImage, rec: &EventRefRecord, n: u64) -> Result<Event
     })
 }
 
-/// Reads records off a byte slice.
-struct Reader<'a> {
-    bytes: &'a [u8],
-    at: usize,
-}
-
-impl<'a> Reader<'a> {
-    fn record(&mut self, n: u64) -> Result<(u8, &'a [u8]), String> {
-        let at = self.at;
-        let head = self
-            .bytes
-            .get(at..at + 8)
-            .ok_or_else(|| format!("cut short before record {n} at byte {at}"))?;
-        let len = u32::from_le_bytes(head[..4].try_into().expect("4 bytes")) as usize;
-        let crc = u32::from_le_bytes(head[4..].try_into().expect("4 bytes"));
-        if len == 0 || len > MAX_RECORD {
-            return Err(format!(
-                "record {n} at byte {at} has an impossible length {len}"
-            ));
-        }
-        let body = self
-            .bytes
-            .get(at + 8..at + 8 + len)
-            .ok_or_else(|| format!("record {n} at byte {at} is incomplete"))?;
-        if crc32fast::hash(body) != crc {
-            return Err(format!("record {n} at byte {at} fails its checksum"));
-        }
-        self.at = at + 8 + len;
-        Ok((body[0], &body[1..]))
-    }
-}
-
 fn bad(n: u64, what: &str, e: prost::DecodeError) -> String {
     format!("record {n} ({what}) passes its checksum but does not decode: {e}")
 }
@@ -394,10 +368,7 @@ pub fn decode(bytes: &[u8]) -> Result<Snapshot, String> {
     if bytes.get(..MAGIC.len()) != Some(MAGIC.as_slice()) {
         return Err("not an ephd raft snapshot (bad header)".into());
     }
-    let mut r = Reader {
-        bytes,
-        at: MAGIC.len(),
-    };
+    let mut r = Reader::new(bytes, MAGIC.len());
     let (kind, payload) = r.record(0)?;
     if kind != KIND_META {
         return Err(format!("record 0 is of kind {kind}, not the meta record"));
@@ -433,11 +404,16 @@ pub fn decode(bytes: &[u8]) -> Result<Snapshot, String> {
         match kind {
             KIND_KEY => {
                 let rec = KeyRecord::decode(payload).map_err(|e| bad(n, "key", e))?;
-                if image.keys.last().is_some_and(|(k, _)| *k >= rec.key) {
+                // The same key again: its history goes on.
+                let more = image.keys.last().is_some_and(|(k, _)| *k == rec.key);
+                if !more && image.keys.last().is_some_and(|(k, _)| *k > rec.key) {
                     return Err(format!("record {n}: keys out of order"));
                 }
                 let mut versions = Vec::with_capacity(rec.versions.len());
-                let mut last = 0;
+                let mut last = match image.keys.last() {
+                    Some((_, v)) if more => v.last().map_or(0, |v| v.revision),
+                    _ => 0,
+                };
                 for v in rec.versions {
                     if v.revision <= last || v.revision > rev {
                         return Err(format!(
@@ -462,7 +438,10 @@ pub fn decode(bytes: &[u8]) -> Result<Snapshot, String> {
                 if versions.is_empty() {
                     return Err(format!("record {n}: a key without versions"));
                 }
-                image.keys.push((rec.key, versions));
+                match image.keys.last_mut() {
+                    Some((_, history)) if more => history.append(&mut versions),
+                    _ => image.keys.push((rec.key, versions)),
+                }
             }
             KIND_EVENT => {
                 let rec = EventRecord::decode(payload).map_err(|e| bad(n, "event", e))?;

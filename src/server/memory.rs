@@ -14,6 +14,13 @@
 //! |---|---|---|
 //! | space quota (accounted store memory) | 40% of the limit, at most 8 GiB | `--quota-backend-bytes` |
 //! | Range responses built and in flight | 20% of the limit, 64 MiB to 2 GiB | `--max-response-bytes-in-flight` |
+//!
+//! In cluster mode a member catching up receives a snapshot of the whole
+//! store into one buffer and then decodes it beside that buffer; one over
+//! half the limit could never be installed, so that is the most a member
+//! accepts ([`MemoryPlan::peer_snapshot_bytes`]), checked before it
+//! allocates anything. A snapshot of a store within the default quota
+//! (40%) stays below it.
 
 use crate::config::Config;
 use std::path::Path;
@@ -58,6 +65,12 @@ impl MemoryPlan {
             quota_bytes,
             response_bytes,
         }
+    }
+
+    /// The largest snapshot a cluster member accepts from a peer: half
+    /// the limit (see the module docs).
+    pub fn peer_snapshot_bytes(&self) -> u64 {
+        self.limit.bytes / 2
     }
 }
 
@@ -143,6 +156,18 @@ mod tests {
         assert_eq!(big.quota_bytes, Some((8 * GIB) as i64), "capped at 8 GiB");
         let small = MemoryPlan::new(&Config::defaults(), limit(256 * MIB));
         assert_eq!(small.response_bytes, 64 * MIB, "at least 64 MiB");
+    }
+
+    #[test]
+    fn a_snapshot_of_a_store_at_its_quota_fits_what_a_member_accepts() {
+        for bytes in [256 * MIB, 4 * GIB, 10 * GIB, 20 * GIB, 64 * GIB] {
+            let plan = MemoryPlan::new(&Config::defaults(), limit(bytes));
+            assert_eq!(plan.peer_snapshot_bytes(), bytes / 2);
+            assert!(plan.peer_snapshot_bytes() > plan.quota_bytes.unwrap() as u64);
+        }
+        // The 8 GiB quota from 20 GiB up: beyond any 32-bit length.
+        let big = MemoryPlan::new(&Config::defaults(), limit(20 * GIB));
+        assert_eq!(big.peer_snapshot_bytes(), 10 * GIB);
     }
 
     #[test]

@@ -275,6 +275,8 @@ impl Server {
             (Some(c), Some(boot)) => {
                 let peers = bind_all(&c.listen_peer_urls).await?;
                 let hold = config.revision_continuity;
+                crate::cluster::set_snapshot_chunk_bytes(config.snapshot_chunk_bytes as usize);
+                crate::cluster::set_snapshot_receive_limit(memory.peer_snapshot_bytes());
                 let node = crate::cluster::start_node(c, store.clone(), boot, hold)?;
                 (peers, Proposer::Replicated(node))
             }

@@ -26,6 +26,7 @@ mod cluster_removal;
 mod cluster_replaced;
 mod cluster_sections;
 mod cluster_snapshot;
+mod cluster_snapshot_chunks;
 mod cluster_timeouts;
 mod cluster_tls;
 mod concurrency;
