@@ -24,6 +24,7 @@ use super::input::Progress;
 use super::members::Boot;
 use super::membership::{MemberInfo, Membership};
 use super::node::Node;
+use super::resume::Waited;
 use super::saved::Saved;
 use crate::config::ClusterConfig;
 use crate::error::Error;
@@ -31,8 +32,8 @@ use crate::mvcc::Store;
 use crate::proto::ephd::internal::{
     membership_client::MembershipClient,
     membership_server::{Membership as MembershipRpc, MembershipServer},
-    JoinRequest, JoinResponse, ProbeRequest, ProbeResponse, PromoteRequest, PromoteResponse,
-    RejoinRequest,
+    FetchSavedRequest, JoinRequest, JoinResponse, ProbeRequest, ProbeResponse, PromoteRequest,
+    PromoteResponse, RejoinRequest,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,14 +47,17 @@ const JOIN_PATIENCE: Duration = Duration::from_secs(20);
 /// What this member starts its Raft node with: found alone from
 /// `--initial-cluster` for a new cluster (after checking that no running
 /// cluster knows this ID), or from the running members when joining.
-/// `saved`: this member's state from `--data-dir` (`saved.rs`), used only
-/// by `--force-new-cluster`; otherwise it makes a member that would form
-/// the cluster anew refuse (the cluster ran before).
+/// `saved`: this member's state from `--data-dir` (`saved.rs`), used by
+/// `--force-new-cluster` and by the seed of a whole-cluster resume, which
+/// replaces it with a newer one it fetched from a waiting member
+/// (`newest.rs`); otherwise it makes a member that would form the cluster
+/// anew refuse (the cluster ran before).
 pub async fn bootstrap(
     config: &ClusterConfig,
     client_urls: Vec<String>,
-    saved: Option<&Saved>,
+    saved_state: &mut Option<Saved>,
 ) -> Result<Boot, String> {
+    let saved = saved_state.as_ref();
     super::peers::init_tls(config.peer_tls.as_ref())?;
     let initial = Membership::of(config.members.iter().map(|m| MemberInfo {
         id: m.id,
@@ -73,23 +77,33 @@ pub async fn bootstrap(
     // Holding saved state while no member leads: the whole cluster may be
     // coming back; wait for it to resume (`resume.rs`).
     if let Some(s) = saved.filter(|_| answers.iter().all(|(_, r)| r.leader == 0)) {
-        let (next, last) = super::resume::wait(config, s, || probe(config, id)).await;
+        let (waited, last) = super::resume::wait(config, s, || probe(config, id)).await;
         answers = last;
-        match next {
-            Some(super::resume::Next::Resume) => {
+        match waited {
+            Waited::Resume(None) => {
                 return super::force::resume(config, client_urls, initial, &answers, s)
             }
-            Some(_) => {}
-            None => {
+            Waited::Resume(Some(newer)) => {
+                let boot = super::force::resume(config, client_urls, initial, &answers, &newer);
+                *saved_state = Some(*newer);
+                return boot;
+            }
+            Waited::Running => {}
+            Waited::GaveUp(failed) => {
                 return Err(format!(
                     "no member answered with a leader within {:?} while this member holds a \
                      saved state of the cluster (token {:?}){}. {}",
                     super::resume::PATIENCE,
                     config.token,
-                    if super::resume::is_seed(config) {
-                        ", and fewer than a majority of the members wait to resume"
-                    } else {
-                        ""
+                    match (super::resume::is_seed(config), failed) {
+                        (true, Some(why)) => format!(
+                            ", and the newer saved state of a waiting member could not be \
+                             fetched ({why})"
+                        ),
+                        (true, None) => {
+                            ", and fewer than a majority of the members wait to resume".into()
+                        }
+                        (false, _) => String::new(),
                     },
                     resume_way(s)
                 ))
@@ -273,9 +287,10 @@ fn check_restart(
             return Err(format!(
                 "the member at {url} (member {:x}) waits to resume its saved state (revision {}), \
                  but this member holds none (no --data-dir, or its file is gone): the cluster \
-                 resumes through the first member of --initial-cluster with its saved state. \
-                 Start that member with its --data-dir, or start the member whose saved state \
-                 has the highest revision with --force-new-cluster, then start this one again",
+                 resumes through the first member of --initial-cluster, from the newest saved \
+                 state among the waiting members. Start that member with its --data-dir, or \
+                 start the member whose saved state has the highest raft index alone with \
+                 --force-new-cluster, then start this one again",
                 r.member_id, r.revision
             ));
         }
@@ -305,9 +320,10 @@ fn resume_way(saved: &Saved) -> String {
     format!(
         "This member's saved state: {}. A whole cluster resumes by itself when every \
          member is started with its --data-dir: the first member of --initial-cluster \
-         resumes its saved state once a majority waits, the others rejoin it. To resume \
-         from another member's state instead (the one with the highest revision: every \
-         member's refusal says its own), start that member with --force-new-cluster: it \
+         resumes, from the newest saved state among the waiting members, once a majority \
+         waits; the others rejoin it. To resume from a chosen member's state instead (the \
+         one with the highest raft index: every member's refusal says its own), start that \
+         member alone with --force-new-cluster: it \
          becomes a one-member cluster holding that state (revisions continue above every \
          earlier one with --revision-continuity); then add each other member back \
          (`etcdctl member add`) and start it with --initial-cluster-state existing. Writes \
@@ -488,7 +504,21 @@ impl MembershipRpc for MembershipService {
             urls_member,
             urls_member_started,
             resuming: false,
+            ..Default::default()
         }))
+    }
+
+    type FetchSavedStream = super::saved_transfer::Chunks;
+
+    /// A running member holds its state in its Raft log, not a file to
+    /// resume from.
+    async fn fetch_saved(
+        &self,
+        _: Request<FetchSavedRequest>,
+    ) -> Result<Response<Self::FetchSavedStream>, Status> {
+        Err(Status::failed_precondition(
+            "this member runs: its saved state is not served",
+        ))
     }
 
     async fn join(&self, req: Request<JoinRequest>) -> Result<Response<JoinResponse>, Status> {

@@ -34,7 +34,9 @@
 //! * `initial_gate.rs`: writes held back until a new cluster's initial
 //!   revision is applied.
 //! * `saved.rs` and `saving.rs`: `--data-dir`, the applied state kept on
-//!   disk; `resume.rs`: a whole cluster resuming from it.
+//!   disk; `resume.rs`: a whole cluster resuming from it; `newest.rs`
+//!   and `saved_transfer.rs`: from the newest file among the waiting
+//!   members, fetched in pieces.
 
 mod auth_change;
 mod authorized;
@@ -53,6 +55,7 @@ mod lease_state;
 mod logger;
 mod members;
 pub mod membership;
+mod newest;
 mod node;
 mod peer_stream;
 mod peers;
@@ -62,6 +65,7 @@ mod rejoin;
 mod removal;
 pub mod resume;
 pub mod saved;
+mod saved_transfer;
 mod saving;
 mod sections;
 mod seen;

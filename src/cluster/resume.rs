@@ -8,39 +8,44 @@
 //! `--initial-cluster` (a rule every member applies alike, without
 //! talking, so two seeds are impossible). While it waits, a member holding
 //! saved state answers the other members' probes on its peer URL with
-//! `resuming` and its saved revision ([`responder`], served by the server
-//! before its Raft node exists).
+//! `resuming` and what its file holds (revision, Raft index and term,
+//! member list), and hands the file itself to the seed (`FetchSaved`)
+//! ([`responder`], served by the server before its Raft node exists).
 //!
 //! * The seed resumes once a majority of the saved voters (itself
 //!   included) answer `resuming`: members that stopped and came back, not
 //!   a running majority it merely cannot reach (which would answer with a
 //!   leader, or not at all), so a partitioned member never starts a second
-//!   cluster. It starts a cluster holding its saved state (`force.rs`:
-//!   same cluster ID, revisions continue above every earlier one) in
-//!   which it is the only voter (so it leads at once) and every other
-//!   member is replaced by a learner with the same peer URLs under a new
-//!   ID, not started yet. Not voters: two members with empty logs would
-//!   be a majority of three and could elect one of themselves over the
-//!   member holding the state.
+//!   cluster. It resumes from the newest saved state among the waiting
+//!   members (`newest.rs`): its own, or a newer one it fetches from a
+//!   waiting member and makes its own first. It starts a cluster holding
+//!   that state (`force.rs`: same cluster ID, revisions continue above
+//!   every earlier one) in which it is the only voter (so it leads at
+//!   once) and every other member is replaced by a learner with the same
+//!   peer URLs under a new ID, not started yet. Not voters: two members
+//!   with empty logs would be a majority of three and could elect one of
+//!   themselves over the member holding the state.
 //! * Every other member waits until a member answers with a leader (or
 //!   with such a place for it), then starts as that learner, as a member
 //!   added by MemberAdd does (`join.rs`), catches up by snapshot and is
-//!   promoted. Its own saved state is not used.
+//!   promoted. Its own saved state is not used (the seed took it if it
+//!   was the newest).
 //!
-//! What is lost: the writes after the seed's file was written (none after
-//! a clean stop of every member, which each ends with a final save), even
-//! if another member's file is newer; start that member with
-//! `--force-new-cluster` instead to resume from it. A member that waits
-//! longer than [`PATIENCE`] stops and says what to do.
+//! What is lost: the writes after the newest file among the waiting
+//! majority was written (none after a clean stop of every member, which
+//! each ends with a final save). A file only a member that did not come
+//! back holds is not seen. A member that waits longer than [`PATIENCE`]
+//! stops and says what to do.
 
-use super::membership::Membership;
 use super::saved::Saved;
+use super::saved_transfer;
 use crate::config::ClusterConfig;
 use crate::proto::ephd::internal::{
     membership_server::{Membership as MembershipRpc, MembershipServer},
-    JoinRequest, JoinResponse, ProbeRequest, ProbeResponse, PromoteRequest, PromoteResponse,
-    RejoinRequest,
+    FetchSavedRequest, JoinRequest, JoinResponse, MembershipState, ProbeRequest, ProbeResponse,
+    PromoteRequest, PromoteResponse, RejoinRequest,
 };
+use std::path::PathBuf;
 use std::time::Duration;
 use tonic::{Request, Response, Status};
 
@@ -53,35 +58,48 @@ const ROUND: Duration = Duration::from_millis(500);
 #[derive(Debug, Clone)]
 pub struct Responder {
     token: String,
+    cluster_id: u64,
     member_id: u64,
     revision: i64,
+    index: u64,
+    term: u64,
+    written_unix: u64,
+    bytes: u64,
+    membership: Option<MembershipState>,
+    path: PathBuf,
 }
 
 /// The peer service a member holding `saved` serves until its Raft node
-/// starts: probes answered with `resuming`, everything else Unavailable.
+/// starts: probes answered with `resuming` and what its file holds, the
+/// file itself to the seed (`FetchSaved`, `newest.rs`), everything else
+/// Unavailable.
 pub fn responder(config: &ClusterConfig, saved: &Saved) -> MembershipServer<Responder> {
     MembershipServer::new(Responder {
         token: config.token.clone(),
+        // The ID the file is named by (`saved::load`).
+        cluster_id: config.cluster_id(),
         member_id: saved_id(config, saved),
         revision: saved.snapshot.image.revision,
+        index: saved.snapshot.raft_index,
+        term: saved.snapshot.raft_term,
+        written_unix: saved.written_unix,
+        bytes: std::fs::metadata(&saved.path).map_or(0, |m| m.len()),
+        membership: saved.membership().map(|m| m.to_state()),
+        path: saved.path.clone(),
     })
 }
 
 /// This member's ID in its saved member list (found by its peer URLs: a
 /// rejoin may have changed it), or its `--initial-cluster` one.
 fn saved_id(config: &ClusterConfig, saved: &Saved) -> u64 {
-    held(saved)
+    saved
+        .membership()
         .and_then(|m| {
             m.members()
                 .find(|x| x.peer_urls == config.advertise_peer_urls)
                 .map(|x| x.id)
         })
         .unwrap_or_else(|| config.member_id())
-}
-
-/// The member list a saved state holds, if it decodes.
-fn held(saved: &Saved) -> Option<Membership> {
-    Membership::decode(saved.snapshot.sections.members.as_deref()?).ok()
 }
 
 fn waiting() -> Status {
@@ -93,11 +111,47 @@ impl MembershipRpc for Responder {
     async fn probe(&self, _: Request<ProbeRequest>) -> Result<Response<ProbeResponse>, Status> {
         Ok(Response::new(ProbeResponse {
             token: self.token.clone(),
+            cluster_id: self.cluster_id,
             member_id: self.member_id,
             revision: self.revision,
             resuming: true,
+            saved_index: self.index,
+            saved_term: self.term,
+            saved_written_unix: self.written_unix,
+            saved_bytes: self.bytes,
+            saved_membership: self.membership.clone(),
             ..Default::default()
         }))
+    }
+
+    type FetchSavedStream = saved_transfer::Chunks;
+
+    async fn fetch_saved(
+        &self,
+        req: Request<FetchSavedRequest>,
+    ) -> Result<Response<Self::FetchSavedStream>, Status> {
+        let req = req.into_inner();
+        if req.token != self.token || req.cluster_id != self.cluster_id {
+            return Err(Status::failed_precondition(format!(
+                "not this cluster's saved state (token {:?}, cluster {:x}; asked for {:?}, {:x})",
+                self.token, self.cluster_id, req.token, req.cluster_id
+            )));
+        }
+        if (req.raft_index, req.raft_term) != (self.index, self.term) {
+            return Err(Status::failed_precondition(format!(
+                "this member's saved state is at raft index {}, term {}, not index {}, term {}",
+                self.index, self.term, req.raft_index, req.raft_term
+            )));
+        }
+        tracing::info!(
+            file = %self.path.display(),
+            bytes = self.bytes,
+            "sending this member's saved state to the seed, which resumes the cluster from it"
+        );
+        let chunks = saved_transfer::serve(self.path.clone()).map_err(|e| {
+            Status::unavailable(format!("cannot read {}: {e}", self.path.display()))
+        })?;
+        Ok(Response::new(chunks))
     }
 
     async fn join(&self, _: Request<JoinRequest>) -> Result<Response<JoinResponse>, Status> {
@@ -152,7 +206,7 @@ pub(super) fn next(
     if !is_seed(config) {
         return Next::Wait;
     }
-    let voters = held(saved).map_or(config.members.len(), |m| {
+    let voters = saved.membership().map_or(config.members.len(), |m| {
         m.members().filter(|x| !x.is_learner).count()
     });
     let resuming = 1 + answers.iter().filter(|(_, r)| r.resuming).count();
@@ -163,13 +217,31 @@ pub(super) fn next(
     }
 }
 
+/// How [`wait`] ended.
+#[derive(Debug)]
+pub(super) enum Waited {
+    /// As [`Next::Running`].
+    Running,
+    /// This member is the seed and a majority waits: resume from its own
+    /// saved state, or (`Some`) from the newer one it fetched from a
+    /// waiting member and installed as its own (`newest.rs`).
+    Resume(Option<Box<Saved>>),
+    /// [`PATIENCE`] ran out; with why the newer saved state of a waiting
+    /// member could not be fetched, when that is what kept the seed.
+    GaveUp(Option<String>),
+}
+
 /// Probes with `ask` every [`ROUND`] until [`next`] says something other
-/// than wait, or [`PATIENCE`] runs out (`None`, with the last answers).
+/// than wait, or [`PATIENCE`] runs out (with the last answers). When the
+/// seed is to resume and a waiting member holds a newer saved state, the
+/// seed fetches it first; if that fails it waits and tries again next
+/// round (it never resumes from its older state while a waiting member
+/// holds a newer one).
 pub(super) async fn wait<F, Fut>(
     config: &ClusterConfig,
     saved: &Saved,
     mut ask: F,
-) -> (Option<Next>, Vec<(String, ProbeResponse)>)
+) -> (Waited, Vec<(String, ProbeResponse)>)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Vec<(String, ProbeResponse)>>,
@@ -179,14 +251,38 @@ where
         saved = %saved.describe(),
         seed = is_seed(config),
         "holding saved state and no member answers with a leader: waiting for the cluster \
-         to resume (the first member of --initial-cluster resumes once a majority waits)"
+         to resume (the first member of --initial-cluster resumes, from the newest saved \
+         state among the waiting members, once a majority waits)"
     );
+    // Why the last round's fetch failed (none after a round without one).
+    let mut failed: Option<String>;
     loop {
         let answers = ask().await;
         match next(config, saved, &answers) {
-            Next::Wait if tokio::time::Instant::now() < deadline => {}
-            Next::Wait => return (None, answers),
-            decided => return (Some(decided), answers),
+            Next::Running => return (Waited::Running, answers),
+            Next::Wait => failed = None,
+            Next::Resume => {
+                let Some(from) = super::newest::newer(config, saved, &answers) else {
+                    return (Waited::Resume(None), answers);
+                };
+                match super::newest::adopt(config, saved, from).await {
+                    Ok(newer) => return (Waited::Resume(Some(Box::new(newer))), answers),
+                    Err(e) => {
+                        tracing::warn!(
+                            own = %saved.describe(),
+                            newer = %super::newest::describe(&from.0, &from.1),
+                            error = %e,
+                            "cannot fetch the newer saved state of a waiting member: trying \
+                             again next round (the cluster does not resume from an older \
+                             state while a waiting member holds a newer one)"
+                        );
+                        failed = Some(e);
+                    }
+                }
+            }
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return (Waited::GaveUp(failed), answers);
         }
         tokio::time::sleep(ROUND).await;
     }

@@ -20,17 +20,20 @@
 //! Raft state could elect two leaders or lose committed entries. So a
 //! saved state is never used to rejoin a running cluster (the member
 //! catches up from the leader as a member restarted without state does,
-//! `rejoin.rs`), and a whole cluster resumes from ONE member's file: by
-//! itself through the first member of `--initial-cluster` once a majority
-//! waits (`resume.rs`), or through the member an operator starts with
-//! `--force-new-cluster` (`force.rs`). That member's cluster holds the
-//! state (with a fresh revision above every earlier one when
-//! `--revision-continuity` is on) and the others catch up from it. What
-//! the other files held beyond it, and every write after the chosen file
-//! was written, is lost, as a crash loses the writes after the last
-//! `--data-dir` snapshot in single-member mode.
+//! `rejoin.rs`), and a whole cluster resumes from ONE file: by itself
+//! through the first member of `--initial-cluster` once a majority waits,
+//! from the newest file among the waiting members (`resume.rs`,
+//! `newest.rs`: a newer file is fetched and installed as the first
+//! member's own), or through the member an operator starts with
+//! `--force-new-cluster` (`force.rs`, its own file). That member's
+//! cluster holds the state (with a fresh revision above every earlier one
+//! when `--revision-continuity` is on) and the others catch up from it.
+//! Every write after the chosen file was written is lost, as a crash
+//! loses the writes after the last `--data-dir` snapshot in single-member
+//! mode.
 
 use super::members::{Boot, Members};
+use super::membership::Membership;
 use crate::mvcc::snapshot::{self, Snapshot};
 use crate::mvcc::Store;
 use raft::prelude::{Snapshot as RaftSnapshot, SnapshotMetadata};
@@ -64,6 +67,11 @@ impl Saved {
             self.snapshot.raft_term,
             self.written_unix
         )
+    }
+
+    /// The member list the state holds, if it decodes.
+    pub(super) fn membership(&self) -> Option<Membership> {
+        Membership::decode(self.snapshot.sections.members.as_deref()?).ok()
     }
 }
 
@@ -108,21 +116,53 @@ pub fn file_name(cluster_id: u64) -> String {
 /// kept as `.prev`). Returns the number of bytes written.
 pub fn write(dir: &Path, cluster_id: u64, snap: &Snapshot) -> io::Result<u64> {
     fs::create_dir_all(dir)?;
-    let name = file_name(cluster_id);
-    let path = dir.join(&name);
-    let tmp = dir.join(format!("{name}.tmp"));
+    let tmp = dir.join(format!("{}.tmp", file_name(cluster_id)));
     let bytes = snapshot::encode(snap);
     {
         let mut f = File::create(&tmp)?;
         f.write_all(&bytes)?;
         f.sync_all()?;
     }
+    install(dir, cluster_id, &tmp)?;
+    Ok(bytes.len() as u64)
+}
+
+/// Makes `tmp` (a complete file in `dir`, already fsynced) cluster
+/// `cluster_id`'s saved state: the current file, if any, becomes `.prev`,
+/// `tmp` is renamed into place and the directory fsynced. Returns the
+/// file's path.
+pub fn install(dir: &Path, cluster_id: u64, tmp: &Path) -> io::Result<PathBuf> {
+    let name = file_name(cluster_id);
+    let path = dir.join(&name);
     if path.exists() {
         fs::rename(&path, dir.join(format!("{name}.prev")))?;
     }
-    fs::rename(&tmp, &path)?;
+    fs::rename(tmp, &path)?;
     File::open(dir)?.sync_all()?;
-    Ok(bytes.len() as u64)
+    Ok(path)
+}
+
+/// Reads and checks the saved state in `path` (a file fetched from
+/// another member, before it is installed): decoded whole, every record's
+/// and the whole file's checksum verified, or an error. Nothing is moved.
+pub fn read(path: &Path) -> Result<Saved, String> {
+    let bytes = fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let snapshot = snapshot::decode(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(Saved {
+        snapshot,
+        path: path.to_path_buf(),
+        written_unix: modified_unix(path),
+    })
+}
+
+/// When `path` was last written (seconds since the Unix epoch; 0 when
+/// the file system does not say).
+fn modified_unix(path: &Path) -> u64 {
+    fs::metadata(path)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_secs())
 }
 
 /// Reads cluster `cluster_id`'s saved state from `dir`: the newest file
@@ -139,11 +179,7 @@ pub fn load(dir: &Path, cluster_id: u64) -> Result<Option<Saved>, String> {
         };
         match snapshot::decode(&bytes) {
             Ok(snapshot) => {
-                let written_unix = fs::metadata(&path)
-                    .and_then(|m| m.modified())
-                    .ok()
-                    .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-                    .map_or(0, |d| d.as_secs());
+                let written_unix = modified_unix(&path);
                 return Ok(Some(Saved {
                     snapshot,
                     path,

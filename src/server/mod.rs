@@ -210,7 +210,7 @@ impl Server {
         }
         // Cluster mode: learn this member's ID (and check it may start)
         // from the other members first.
-        let saved = bootstrap::load_saved(&config)?;
+        let mut saved = bootstrap::load_saved(&config)?;
         let member = match &config.cluster {
             Some(c) => {
                 // Holding saved state: answer the others while waiting.
@@ -220,7 +220,9 @@ impl Server {
                     }
                     _ => None,
                 };
-                let boot = crate::cluster::bootstrap(c, config.advertised_urls(), saved.as_ref());
+                // The seed of a whole-cluster resume may replace `saved`
+                // with a newer member's (`cluster/newest.rs`).
+                let boot = crate::cluster::bootstrap(c, config.advertised_urls(), &mut saved);
                 let boot = boot.await;
                 if let Some(r) = responding {
                     r.stop().await;

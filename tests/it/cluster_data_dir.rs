@@ -113,6 +113,24 @@ fn stop_all(cluster: &mut EphdCluster, root: &str) {
     }
 }
 
+/// Waits until the three members are voters again, each published: the
+/// others rejoined the resumed seed as learners and promoted themselves.
+async fn voters_again(cluster: &EphdCluster) {
+    let deadline = Instant::now() + SETTLE;
+    loop {
+        let list = members(cluster.member(0).unwrap()).await;
+        if list.len() == 3 && list.iter().all(|m| !m.is_learner && !m.name.is_empty()) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "members never all voters again: {list:?}\n{}",
+            cluster.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// Every key `written` wrote, and the lease with its remaining time,
 /// through `m`; the revision of a linearizable read, above `last`.
 async fn resumed(m: &ClusterMember, last: i64, lease_id: i64) -> i64 {
@@ -191,19 +209,7 @@ async fn a_whole_cluster_started_again_resumes_its_saved_state_by_itself() {
     );
     // Every member is back as a voter (the others rejoined as learners
     // and promoted themselves), holding the same state; writes go on.
-    let deadline = Instant::now() + SETTLE;
-    loop {
-        let list = members(cluster.member(0).unwrap()).await;
-        if list.len() == 3 && list.iter().all(|m| !m.is_learner && !m.name.is_empty()) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "members never all voters again: {list:?}\n{}",
-            cluster.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    voters_again(&cluster).await;
     let after = put(cluster.member(2).unwrap(), "after", "resumed").await;
     assert!(after > at);
     let kvs = same_everywhere(&cluster, after).await;
@@ -251,4 +257,96 @@ async fn one_member_forced_resumes_its_own_saved_state_and_members_added_back_ge
         );
     }
     assert_eq!(serializable(joined, "leased").await, Some(b"yes".to_vec()));
+}
+
+/// The Raft index of the saved state in member `i`'s data directory.
+fn saved_index(root: &str, i: usize) -> u64 {
+    let files = saved_files(root, i);
+    assert_eq!(files.len(), 1, "m{i}: {files:?}");
+    let bytes = std::fs::read(format!("{root}/m{i}/{}", files[0])).unwrap();
+    ephd::mvcc::snapshot::decode(&bytes).unwrap().raft_index
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_seed_resumes_from_a_newer_file_another_member_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_str().unwrap().to_string();
+    let owned = args(&root);
+    let flags: Vec<&str> = owned.iter().map(String::as_str).collect();
+    let mut cluster = EphdCluster::start(3, &flags);
+    agreed_leader(&cluster, None).await;
+    let mut last = 0;
+    for i in 0..5 {
+        last = put(cluster.member(i % 3).unwrap(), &format!("before{i}"), "old").await;
+    }
+    same_everywhere(&cluster, last).await;
+
+    // The seed (m0) stops first: its file, written last, holds none of
+    // what the two others accept next.
+    cluster.terminate(0);
+    assert!(cluster.reap(0, Duration::from_secs(20)), "m0 did not stop");
+    agreed_leader(&cluster, None).await;
+    for i in 0..10 {
+        last = put(
+            cluster.member(1 + i % 2).unwrap(),
+            &format!("after{i}"),
+            "new",
+        )
+        .await;
+    }
+    same_everywhere(&cluster, last).await;
+    for i in [1, 2] {
+        cluster.terminate(i);
+    }
+    for i in [1, 2] {
+        assert!(
+            cluster.reap(i, Duration::from_secs(20)),
+            "m{i} did not stop"
+        );
+    }
+    let seed = saved_index(&root, 0);
+    assert!(
+        seed < saved_index(&root, 1) && seed < saved_index(&root, 2),
+        "the seed's file is the oldest"
+    );
+
+    // All three again: the seed takes the newer file and resumes from it.
+    cluster
+        .restart_together(&[0, 1, 2])
+        .unwrap_or_else(|e| panic!("whole-cluster restart: {e}"));
+    let m0 = cluster.member(0).unwrap();
+    for i in 0..10 {
+        let (at, kv) = linearizable_get(m0, &format!("after{i}")).await;
+        assert_eq!(
+            kv.expect("a key written after the seed stopped").value,
+            b"new".to_vec()
+        );
+        assert!(at > last, "revision {at} above the old cluster's {last}");
+    }
+    let logs = cluster.logs();
+    assert!(
+        logs.contains("fetched and checked the newer saved state"),
+        "{logs}"
+    );
+    // The seed's own older file is kept as the previous one.
+    let names: Vec<String> = std::fs::read_dir(format!("{root}/m0"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(names.iter().any(|n| n.ends_with(".snap.prev")), "{names:?}");
+    // Every member holds every key (the others rejoined by snapshot) as a
+    // voter again, and writes go on above the old revisions.
+    voters_again(&cluster).await;
+    let after = put(cluster.member(1).unwrap(), "resumed", "yes").await;
+    assert!(after > last);
+    let kvs = same_everywhere(&cluster, after).await;
+    for i in 0..10 {
+        let key = format!("after{i}").into_bytes();
+        assert!(kvs.iter().any(|kv| kv.key == key), "after{i} missing");
+    }
+    assert_eq!(
+        kvs.len(),
+        5 + 10 + 2,
+        "before*, after*, resumed, compact_rev_key"
+    );
 }
