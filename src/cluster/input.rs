@@ -56,6 +56,20 @@ pub(super) enum PeerChange {
     Remove(u64),
 }
 
+impl Input {
+    /// The bytes of log entries this input proposes (its own proposal, or
+    /// one a follower forwarded): what bounds a round's batched append.
+    pub(super) fn proposed_bytes(&self) -> usize {
+        match self {
+            Input::Propose { data, .. } => data.len(),
+            Input::Step(m) if m.get_msg_type() == raft::prelude::MessageType::MsgPropose => {
+                m.get_entries().iter().map(|e| e.get_data().len()).sum()
+            }
+            _ => 0,
+        }
+    }
+}
+
 /// The leader's replication progress: how far each member's log matches.
 #[derive(Debug, Clone, Default)]
 pub struct Progress {
@@ -63,4 +77,34 @@ pub struct Progress {
     pub leader: u64,
     /// Matched log index by member ID.
     pub matched: HashMap<u64, u64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use raft::prelude::{Entry, MessageType};
+
+    #[test]
+    fn own_and_forwarded_proposals_count_their_entries_bytes_and_nothing_else_does() {
+        let own = Input::Propose {
+            proposal: 1,
+            data: vec![0; 300],
+        };
+        assert_eq!(own.proposed_bytes(), 300);
+        let entry = |n: usize| {
+            let mut e = Entry::default();
+            e.set_data(vec![1; n].into());
+            e
+        };
+        let mut forwarded = Message::default();
+        forwarded.set_msg_type(MessageType::MsgPropose);
+        forwarded.set_entries(vec![entry(100), entry(28)].into());
+        assert_eq!(Input::Step(Box::new(forwarded)).proposed_bytes(), 128);
+        // An append carries entries too, but proposes nothing here.
+        let mut append = Message::default();
+        append.set_msg_type(MessageType::MsgAppend);
+        append.set_entries(vec![entry(500)].into());
+        assert_eq!(Input::Step(Box::new(append)).proposed_bytes(), 0);
+        assert_eq!(Input::ReadIndex { ctx: 3 }.proposed_bytes(), 0);
+    }
 }
