@@ -211,13 +211,7 @@ mod tests {
     }
 
     fn initial(c: &ClusterConfig) -> Membership {
-        Membership::of(c.members.iter().map(|m| MemberInfo {
-            id: m.id,
-            name: m.name.clone(),
-            peer_urls: m.peer_urls.clone(),
-            client_urls: Vec::new(),
-            is_learner: false,
-        }))
+        Membership::initial(c)
     }
 
     fn answer(member_id: u64, leader: u64) -> (String, ProbeResponse) {

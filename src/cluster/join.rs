@@ -59,13 +59,7 @@ pub async fn bootstrap(
 ) -> Result<Boot, String> {
     let saved = saved_state.as_ref();
     super::peers::init_tls(config.peer_tls.as_ref())?;
-    let initial = Membership::of(config.members.iter().map(|m| MemberInfo {
-        id: m.id,
-        name: m.name.clone(),
-        peer_urls: m.peer_urls.clone(),
-        client_urls: Vec::new(),
-        is_learner: false,
-    }));
+    let initial = Membership::initial(config);
     if config.existing {
         return join(config, client_urls).await;
     }

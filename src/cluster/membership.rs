@@ -224,6 +224,18 @@ impl Membership {
         }
     }
 
+    /// The membership `--initial-cluster` describes: its members, all
+    /// voters, none published yet.
+    pub fn initial(config: &crate::config::ClusterConfig) -> Membership {
+        Membership::of(config.members.iter().map(|m| MemberInfo {
+            id: m.id,
+            name: m.name.clone(),
+            peer_urls: m.peer_urls.clone(),
+            client_urls: Vec::new(),
+            is_learner: false,
+        }))
+    }
+
     /// Every member, by ID.
     pub fn members(&self) -> impl Iterator<Item = &MemberInfo> {
         self.members.values()

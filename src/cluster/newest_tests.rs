@@ -12,13 +12,7 @@ fn config(name: &str) -> ClusterConfig {
 
 /// The initial membership of [`config`]'s cluster.
 fn initial(c: &ClusterConfig) -> Membership {
-    Membership::of(c.members.iter().map(|m| MemberInfo {
-        id: m.id,
-        name: m.name.clone(),
-        peer_urls: m.peer_urls.clone(),
-        client_urls: Vec::new(),
-        is_learner: false,
-    }))
+    Membership::initial(c)
 }
 
 fn snapshot(revision: i64, index: u64, term: u64, members: &Membership) -> Snapshot {

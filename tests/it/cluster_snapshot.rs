@@ -126,6 +126,22 @@ pub(crate) async fn all_at(
         .map(|r| r.into_inner())
 }
 
+/// Waits (up to [`SETTLE`]) until follower `f` has applied the current
+/// revision of leader `l`; returns that revision.
+pub(crate) async fn caught_up(cluster: &EphdCluster, l: &ClusterMember, f: &ClusterMember) -> i64 {
+    let current = all_at(l, 0).await.unwrap().header.unwrap().revision;
+    let deadline = Instant::now() + SETTLE;
+    while all_at(f, 0).await.unwrap().header.unwrap().revision < current {
+        assert!(
+            Instant::now() < deadline,
+            "the follower did not catch up\n{}",
+            cluster.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    current
+}
+
 /// Opens a watch of every key from `start` on `m`, with previous values.
 async fn watch_from(
     m: &ClusterMember,
@@ -270,16 +286,7 @@ async fn a_follower_behind_the_kept_log_catches_up_by_snapshot_with_identical_hi
     );
     signal(f, libc::SIGCONT);
 
-    let current = all_at(l, 0).await.unwrap().header.unwrap().revision;
-    let deadline = Instant::now() + SETTLE;
-    while all_at(f, 0).await.unwrap().header.unwrap().revision < current {
-        assert!(
-            Instant::now() < deadline,
-            "the follower did not catch up\n{}",
-            cluster.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let current = caught_up(&cluster, l, f).await;
     assert!(
         metric(f, "ephd_raft_snapshots_installed_total") >= 1,
         "caught up by snapshot"

@@ -6,11 +6,9 @@
 //! chunks: the receiving member logs how many, and must then hold every
 //! key, value and version the leader holds.
 
-use std::time::{Duration, Instant};
-
 use ephd::proto::etcdserverpb::{DeleteRangeRequest, PutRequest};
 
-use crate::cluster_snapshot::{all_at, initialized, leader, metric, signal, ARGS, SETTLE};
+use crate::cluster_snapshot::{all_at, caught_up, initialized, leader, metric, signal, ARGS};
 use crate::harness::{EphdCluster, Server};
 use crate::support::within;
 
@@ -70,16 +68,7 @@ async fn a_member_catches_up_from_a_snapshot_sent_in_many_chunks() {
     }
     signal(f, libc::SIGCONT);
 
-    let current = all_at(l, 0).await.unwrap().header.unwrap().revision;
-    let deadline = Instant::now() + SETTLE;
-    while all_at(f, 0).await.unwrap().header.unwrap().revision < current {
-        assert!(
-            Instant::now() < deadline,
-            "the follower did not catch up\n{}",
-            cluster.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let current = caught_up(&cluster, l, f).await;
     assert!(
         metric(f, "ephd_raft_snapshots_installed_total") >= 1,
         "caught up by snapshot\n{}",
