@@ -1,8 +1,7 @@
 //! Walking DER (the encoding of X.509 certificates) element by element,
 //! bounds-checked, for the few fields ephd reads from certificates rustls
-//! has already verified: the summary logged when certificates load
-//! (`server::x509`) and the client certificate's common name that auth
-//! takes as the user (`auth::cert`).
+//! has already verified (`x509`): the summary logged when certificates
+//! load, and the common name that peer checks and auth read.
 
 /// Splits one DER element off `input`: its tag, its content and what
 /// follows it. Only the definite, low-tag-number forms DER allows.

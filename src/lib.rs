@@ -59,3 +59,4 @@ pub mod proto;
 pub mod server;
 pub mod watch;
 mod wire;
+mod x509;

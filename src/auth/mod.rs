@@ -21,7 +21,6 @@
 //! [`AuthStore::active`] is one relaxed atomic load; while it is false (no
 //! token was ever issued and auth is off) the adapters do nothing else.
 
-pub mod cert;
 mod image;
 pub mod perms;
 mod state;

@@ -13,7 +13,6 @@ mod restore;
 pub mod revisions;
 mod tasks;
 mod tls;
-mod x509;
 
 use bootstrap::{build_cluster_store, build_store};
 use memory::MemoryPlan;

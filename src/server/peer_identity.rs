@@ -10,8 +10,8 @@
 //! with a certificate that names neither is refused by every other member
 //! either way.
 
-use super::x509;
 use crate::config::PeerAllowed;
+use crate::x509;
 use std::sync::Arc;
 use tokio_rustls::rustls::client::danger::HandshakeSignatureValid;
 use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName, UnixTime};

@@ -24,8 +24,8 @@
 //! CA bundle, so removing a CA takes effect for new connections at once.
 
 use super::peer_identity::AllowedPeer;
-use super::x509;
 use crate::config::{Config, PeerTls};
+use crate::x509;
 use futures::{Stream, StreamExt};
 use parking_lot::RwLock;
 use std::io;

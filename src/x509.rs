@@ -1,6 +1,9 @@
-//! Just enough X.509 to tell an operator which certificate is being served:
-//! its subject, serial number and end of validity, read from the DER that
-//! rustls is handed anyway.
+//! Just enough X.509 to tell an operator which certificate is being served
+//! (its subject, serial number and end of validity) and to read a
+//! certificate's common name, from the DER that rustls is handed anyway.
+//! The common name is what etcd compares with `--peer-cert-allowed-cn`
+//! and takes as the user of a request without a token under
+//! `--client-cert-auth`; both read it as Go's `Subject.CommonName` does.
 //!
 //! rustls and webpki check certificates but do not expose these fields, and
 //! a full X.509 parser would be a large dependency for a log line. This
@@ -14,7 +17,7 @@ use std::fmt::Write as _;
 
 /// What the logs say about a certificate.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Summary {
+pub(crate) struct Summary {
     /// The subject in RFC 4514 form (most specific attribute first), e.g.
     /// `CN=etcd-server,O=example`.
     pub subject: String,
@@ -38,7 +41,7 @@ const VERSION: u8 = 0xa0;
 
 /// Summarizes a DER-encoded certificate, or `None` if its layout is not
 /// the one RFC 5280 describes.
-pub(super) fn summarize(der: &[u8]) -> Option<Summary> {
+pub(crate) fn summarize(der: &[u8]) -> Option<Summary> {
     let (serial, validity, subject) = fields(der)?;
     let (_not_before, validity) = time(validity)?;
     let (not_after, _) = time(validity)?;
@@ -51,8 +54,9 @@ pub(super) fn summarize(der: &[u8]) -> Option<Summary> {
 }
 
 /// The subject's common name (the last CN attribute, as Go's
-/// `Subject.CommonName` reads it), what `--peer-cert-allowed-cn` compares.
-pub(super) fn common_name(der: &[u8]) -> Option<String> {
+/// `Subject.CommonName` reads it): what `--peer-cert-allowed-cn` compares
+/// and, with `--client-cert-auth`, the user of a request without a token.
+pub(crate) fn common_name(der: &[u8]) -> Option<String> {
     let (_, _, mut rdns) = fields(der)?;
     let mut cn = None;
     while !rdns.is_empty() {
