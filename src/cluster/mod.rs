@@ -6,12 +6,13 @@
 //!   its store at once, exactly as before cluster mode existed; a cluster
 //!   member proposes it to the Raft log and answers with its own result of
 //!   applying it once committed.
-//! * `node.rs`: the Raft loop on its own thread, and the apply thread that
-//!   applies committed entries in log order through `Store::apply`.
+//! * `node.rs`: a member's Raft node and the apply thread that applies
+//!   committed entries in log order through `Store::apply`;
+//!   `raft_loop.rs`: the Raft loop's rounds, run by the Raft thread and by
+//!   the threads that bring it proposals and peer messages.
 //! * `peers.rs`, `sender.rs` and `transport.rs`: Raft messages to and
 //!   from the other members, over a small gRPC service on the peer
-//!   listener (two lanes per peer: control and bulk; the service also
-//!   takes a stream per peer, which members do not send on yet).
+//!   listener (two lanes per peer, control and bulk, each a stream).
 //! * `queue.rs`: the channels into the Raft and apply threads (park at
 //!   once, take everything queued in one lock); `waiters.rs`: requests
 //!   waiting for their answer, woken per applied batch.
@@ -60,6 +61,7 @@ mod node;
 mod peer_stream;
 mod peers;
 mod queue;
+mod raft_loop;
 mod reconfig;
 mod rejoin;
 mod removal;

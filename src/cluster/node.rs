@@ -1,11 +1,13 @@
-//! The Raft node of a cluster member: raft-rs' `RawNode` driven by a thread
-//! of its own, and an apply thread that applies committed entries.
+//! The Raft node of a cluster member: raft-rs' `RawNode` in the Raft loop
+//! (`raft_loop.rs`), and an apply thread that applies committed entries.
 //!
-//! * The Raft thread owns the `RawNode`: it ticks every heartbeat interval,
+//! * The Raft loop owns the `RawNode`: it ticks every heartbeat interval,
 //!   steps messages from peers, takes proposals, and handles each `Ready`
 //!   (messages to peers, entries into the in-memory log, committed entries
-//!   to the apply thread). Nothing else touches Raft state, and it never
-//!   waits for the store, so request load cannot delay heartbeats.
+//!   to the apply thread). Its rounds run on the Raft thread, which ticks
+//!   on its own clock so request load cannot delay heartbeats, and on the
+//!   threads that bring proposals and peer messages when nobody else is
+//!   running a round. A round never waits for the store.
 //! * The apply thread applies committed entries in log order through
 //!   `Store::apply` (the same function a single member calls), and hands
 //!   the result of each entry this member proposed to the request waiting
@@ -18,7 +20,8 @@ use super::input::Input;
 use super::logger;
 use super::members::{self, Boot, Members};
 use super::peers::Peers;
-use super::queue::{self, Receiver, RecvTimeoutError, Sender, TrySendError};
+use super::queue::{self, Receiver, Sender};
+use super::raft_loop::{Core, RaftLoop};
 use super::saved;
 use super::sections;
 use super::status::RaftStatus;
@@ -30,7 +33,7 @@ use crate::mvcc::{Applied, Entry, Store};
 use bytes::Bytes;
 use parking_lot::Mutex;
 use raft::prelude::EntryType;
-use raft::{RawNode, ReadOnlyOption, StateRole};
+use raft::{RawNode, ReadOnlyOption};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -40,21 +43,19 @@ use tokio::sync::watch;
 /// Inputs the Raft thread takes; bounded, so a flood of peer messages or
 /// proposals is refused rather than queued without limit.
 const INBOX: usize = 16 * 1024;
-/// Inputs handled between two looks at the clock and at `Ready`.
-const INPUTS_PER_ROUND: usize = 1024;
 /// Largest append message to a peer (raft still sends one entry if it is
 /// larger).
 const MAX_MSG_BYTES: u64 = 1024 * 1024;
 /// Append messages in flight to one peer.
 const MAX_INFLIGHT: usize = 256;
-/// Proposed bytes taken in one round at most (the entries one batched
-/// append carries, see `batch_append` below), besides the last proposal.
-const PROPOSED_BYTES_PER_ROUND: usize = 4 * 1024 * 1024;
 
 /// A running Raft member: what proposes and what reports Raft's state.
 pub struct Node {
     id: u64,
     inbox: Sender<Input>,
+    /// The Raft loop, which inputs on the hot paths run themselves
+    /// (`raft_loop.rs`).
+    core: Arc<Core>,
     waiters: Arc<Waiters<Result<Applied>>>,
     reads: Arc<Waiters<u64>>,
     /// Proposal and read-index numbers.
@@ -132,6 +133,7 @@ impl Node {
         let (base, base_term) = boot.resume.unwrap_or((0, 0));
         status.applied.store(base, Ordering::Relaxed);
         let applied = Arc::new(watch::channel(base).0);
+        let bell = inputs.bell();
         let raft_loop = RaftLoop {
             raw,
             inputs,
@@ -141,6 +143,7 @@ impl Node {
             reads: reads.clone(),
             status: status.clone(),
             tick: config.heartbeat,
+            next_tick: Instant::now() + config.heartbeat,
             catchup: CatchUp::new(
                 config.snapshot_count,
                 config.catchup_entries,
@@ -148,9 +151,11 @@ impl Node {
             ),
             members: members.clone(),
         };
+        let core = Core::new(raft_loop, inbox.clone());
+        let raft_core = core.clone();
         let raft_thread = std::thread::Builder::new()
             .name("ephd-raft".into())
-            .spawn(move || raft_loop.run())
+            .spawn(move || raft_core.run(bell))
             .map_err(|e| format!("cannot start the raft thread: {e}"))?;
         let leases = super::lease_state::LeaseForward::new(id, members.clone(), store.clone());
         // A resumed store is past its initial revision (`saved.rs`).
@@ -181,6 +186,7 @@ impl Node {
         let node = Arc::new(Node {
             id,
             inbox,
+            core,
             waiters,
             reads,
             // Proposal numbers only need to be unique per member while
@@ -224,6 +230,16 @@ impl Node {
     /// The sender peers' messages go to (see `transport.rs`).
     pub(super) fn inbox(&self) -> Sender<Input> {
         self.inbox.clone()
+    }
+
+    /// Queues peers' messages for the Raft loop, then runs its round on
+    /// this thread when nobody else is (`raft_loop.rs`); a message that
+    /// finds the queue full is dropped (Raft sends it again).
+    pub(super) fn deliver(&self, inputs: impl IntoIterator<Item = Input>) {
+        for input in inputs {
+            let _ = self.core.queue(input);
+        }
+        self.core.combine();
     }
 
     /// Proposes `entry` and waits until this member has applied it; returns
@@ -320,12 +336,11 @@ impl Node {
         self.timeout
     }
 
+    /// Queues `input` for the Raft loop and runs the loop's round on this
+    /// thread when nobody else is (`raft_loop.rs`). `TooManyRequests` when
+    /// the queue is full, `Stopped` when the loop has stopped.
     pub(super) fn send(&self, input: Input) -> Result<()> {
-        match self.inbox.try_send(input) {
-            Ok(()) => Ok(()),
-            Err(TrySendError::Full(_)) => Err(Error::TooManyRequests),
-            Err(TrySendError::Disconnected(_)) => Err(Error::Stopped),
-        }
+        self.core.deliver(input)
     }
 
     /// Stops the Raft and apply threads (blocking until they end); waiting
@@ -338,166 +353,6 @@ impl Node {
         self.waiters.clear();
         self.reads.clear();
         self.members.waiters.clear();
-    }
-}
-
-/// The Raft thread's state.
-struct RaftLoop {
-    raw: RawNode<LogStore>,
-    inputs: Receiver<Input>,
-    peers: Peers,
-    to_apply: Sender<Work>,
-    waiters: Arc<Waiters<Result<Applied>>>,
-    reads: Arc<Waiters<u64>>,
-    status: Arc<RaftStatus>,
-    tick: Duration,
-    catchup: CatchUp,
-    members: Arc<Members>,
-}
-
-impl RaftLoop {
-    fn run(mut self) {
-        let mut next_tick = Instant::now() + self.tick;
-        loop {
-            let wait = next_tick.saturating_duration_since(Instant::now());
-            match self.inputs.recv_timeout(wait) {
-                Ok(input) => {
-                    let mut proposed = input.proposed_bytes();
-                    if !self.take(input) {
-                        return;
-                    }
-                    for _ in 0..INPUTS_PER_ROUND {
-                        if proposed > PROPOSED_BYTES_PER_ROUND {
-                            break;
-                        }
-                        match self.inputs.try_recv() {
-                            Some(input) => {
-                                proposed += input.proposed_bytes();
-                                if !self.take(input) {
-                                    return;
-                                }
-                            }
-                            None => break,
-                        }
-                    }
-                }
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => return,
-            }
-            let now = Instant::now();
-            if now >= next_tick {
-                self.raw.tick();
-                next_tick += self.tick;
-                if next_tick < now {
-                    // The thread was held up for more than a tick: do not
-                    // tick in a burst to catch up.
-                    next_tick = now + self.tick;
-                }
-            }
-            self.on_ready();
-            for to in self.peers.take_undelivered() {
-                self.catchup.delivered(&mut self.raw, to, false);
-            }
-            let applied = self.status.applied();
-            self.catchup
-                .after_round(&mut self.raw, applied, &self.to_apply);
-            self.publish();
-        }
-    }
-
-    /// Takes one input; false to stop.
-    fn take(&mut self, input: Input) -> bool {
-        match input {
-            Input::Step(m) => {
-                // A message from an unknown or stale peer is dropped by raft.
-                if let Err(e) = self.raw.step(*m) {
-                    tracing::debug!(error = %e, "raft message dropped");
-                }
-            }
-            Input::Propose { proposal, data } => {
-                if self.raw.propose(Vec::new(), data).is_err() {
-                    // No leader to forward to (an election is running), or
-                    // a leadership transfer is under way.
-                    self.waiters.finish(proposal, Err(Error::NoLeader));
-                }
-            }
-            Input::ReadIndex { ctx } => self.raw.read_index(ctx.to_be_bytes().to_vec()),
-            Input::TransferLeader(to) => super::transfer::start(&mut self.raw, to),
-            Input::SnapshotBuilt { index, term, data } => {
-                self.catchup.built(&self.raw, index, term, data)
-            }
-            Input::SnapshotStatus { to, ok } => self.catchup.delivered(&mut self.raw, to, ok),
-            Input::Save(tx) => drop(self.to_apply.send(Work::Save(tx))),
-            Input::Stop => return false,
-            other => members::take(&mut self.raw, &mut self.peers, &self.members, other),
-        }
-        true
-    }
-
-    /// Handles a `Ready` in raft-rs' order: messages a leader may send at
-    /// once, committed entries, new entries into the log, the hard state,
-    /// messages that had to wait for them, then the light ready.
-    fn on_ready(&mut self) {
-        if !self.raw.has_ready() {
-            return;
-        }
-        let mut rd = self.raw.ready();
-        self.peers.send_all(rd.take_messages());
-        for rs in rd.take_read_states() {
-            if let Ok(ctx) = <[u8; 8]>::try_from(rs.request_ctx.as_slice()) {
-                self.reads.finish(u64::from_be_bytes(ctx), rs.index);
-            }
-        }
-        if !rd.snapshot().is_empty() {
-            let snap = rd.snapshot().clone();
-            self.catchup.received(&mut self.raw, snap, &self.to_apply);
-        }
-        self.apply(rd.take_committed_entries());
-        if !rd.entries().is_empty() {
-            if let Err(e) = self.raw.mut_store().wl().append(rd.entries()) {
-                tracing::error!(error = %e, "cannot append to the raft log");
-            }
-        }
-        if let Some(hs) = rd.hs() {
-            self.raw.mut_store().wl().set_hardstate(hs.clone());
-        }
-        self.peers.send_all(rd.take_persisted_messages());
-        let mut light = self.raw.advance(rd);
-        if let Some(commit) = light.commit_index() {
-            self.raw
-                .mut_store()
-                .wl()
-                .mut_hard_state()
-                .set_commit(commit);
-        }
-        self.peers.send_all(light.take_messages());
-        self.apply(light.take_committed_entries());
-        self.raw.advance_apply();
-    }
-
-    /// Hands committed entries to the apply thread, in order.
-    fn apply(&self, entries: Vec<raft::prelude::Entry>) {
-        if let Some(last) = entries.last() {
-            self.status
-                .committed
-                .store(last.get_index(), Ordering::Relaxed);
-            let _ = self.to_apply.send(Work::Entries(entries));
-        }
-    }
-
-    fn publish(&self) {
-        let raft = &self.raw.raft;
-        let before = self.status.leader.swap(raft.leader_id, Ordering::Relaxed);
-        if raft.leader_id != 0 && raft.leader_id != before {
-            self.status.leader_changes.fetch_add(1, Ordering::Relaxed);
-        }
-        if raft.leader_id == raft.id && before != raft.id {
-            *self.status.leader_elected.lock() = Some(std::time::Instant::now());
-        }
-        self.status.term.store(raft.term, Ordering::Relaxed);
-        self.status
-            .is_leader
-            .store(raft.state == StateRole::Leader, Ordering::Relaxed);
     }
 }
 

@@ -22,7 +22,7 @@ pub(super) use crossbeam_channel::{RecvTimeoutError, SendError, TrySendError};
 use parking_lot::{Condvar, Mutex};
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 struct State<T> {
     items: VecDeque<T>,
@@ -34,6 +34,9 @@ struct State<T> {
     parked: bool,
     /// Senders parked, waiting for room.
     full_waiters: usize,
+    /// [`Sender::wake`] rang while no [`Bell`] waited: the next wait
+    /// returns at once.
+    rung: bool,
 }
 
 struct Shared<T> {
@@ -73,6 +76,7 @@ fn channel<T>(cap: usize) -> (Sender<T>, Receiver<T>) {
             closed: false,
             parked: false,
             full_waiters: 0,
+            rung: false,
         }),
         ready: Condvar::new(),
         room: Condvar::new(),
@@ -119,6 +123,40 @@ impl<T> Sender<T> {
         }
     }
 
+    /// [`Sender::try_send`] without waking a parked receiver: for a
+    /// sender that takes the item itself right after, or leaves it to
+    /// whoever is taking items now (the Raft loop's combining,
+    /// `raft_loop.rs`).
+    pub(super) fn try_send_quiet(&self, item: T) -> Result<(), TrySendError<T>> {
+        let mut s = self.0.state.lock();
+        if s.closed {
+            return Err(TrySendError::Disconnected(item));
+        }
+        if s.items.len() >= self.0.cap {
+            return Err(TrySendError::Full(item));
+        }
+        s.items.push_back(item);
+        Ok(())
+    }
+
+    /// Whether items wait in the shared queue, not yet taken.
+    pub(super) fn has_queued(&self) -> bool {
+        !self.0.state.lock().items.is_empty()
+    }
+
+    /// Wakes the receiver if it is parked; a [`Bell`] not waiting yet
+    /// returns at once from its next wait.
+    pub(super) fn wake(&self) {
+        let mut s = self.0.state.lock();
+        let wake = s.parked;
+        s.parked = false;
+        s.rung = !wake;
+        drop(s);
+        if wake {
+            self.0.ready.notify_one();
+        }
+    }
+
     fn push(&self, mut s: parking_lot::MutexGuard<'_, State<T>>, item: T) {
         s.items.push_back(item);
         let wake = s.parked;
@@ -149,7 +187,40 @@ impl<T> Drop for Sender<T> {
     }
 }
 
+/// Lets a thread wait for items of a channel whose [`Receiver`] it does
+/// not hold (it lives behind a lock, see `raft_loop.rs`).
+pub(super) struct Bell<T>(Arc<Shared<T>>);
+
+impl<T> Bell<T> {
+    /// Parks until an item is queued (and a waking send or
+    /// [`Sender::wake`] rings), every sender is gone, or `deadline`; at
+    /// once when items already wait or a wake rang since the last wait.
+    /// False when every sender is gone.
+    pub(super) fn wait_until(&self, deadline: Instant) -> bool {
+        let mut s = self.0.state.lock();
+        if std::mem::take(&mut s.rung) {
+            return s.senders > 0;
+        }
+        if s.items.is_empty() && s.senders > 0 {
+            s.parked = true;
+            let _ = self.0.ready.wait_until(&mut s, deadline);
+            s.parked = false;
+        }
+        s.senders > 0
+    }
+}
+
 impl<T> Receiver<T> {
+    /// A [`Bell`] of this channel.
+    pub(super) fn bell(&self) -> Bell<T> {
+        Bell(self.shared.clone())
+    }
+
+    /// Whether items taken from the shared queue wait here.
+    pub(super) fn has_taken(&self) -> bool {
+        !self.taken.is_empty()
+    }
+
     /// The next item, if one is queued.
     pub(super) fn try_recv(&mut self) -> Option<T> {
         if self.taken.is_empty() {
@@ -159,7 +230,11 @@ impl<T> Receiver<T> {
     }
 
     /// The next item, waiting for one until `timeout` has passed.
-    pub(super) fn recv_timeout(&mut self, timeout: Duration) -> Result<T, RecvTimeoutError> {
+    #[cfg(test)]
+    pub(super) fn recv_timeout(
+        &mut self,
+        timeout: std::time::Duration,
+    ) -> Result<T, RecvTimeoutError> {
         self.recv_until(Some(Instant::now() + timeout))
     }
 

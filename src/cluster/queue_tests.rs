@@ -2,6 +2,7 @@
 //! disconnection, and wake-ups across threads.
 
 use super::*;
+use std::time::Duration;
 
 #[test]
 fn items_come_out_in_the_order_they_went_in_across_batches() {
@@ -116,4 +117,61 @@ fn a_parked_receiver_wakes_for_each_sender_and_loses_nothing() {
         let mine: Vec<_> = got.iter().filter(|v| **v / 10_000 == s).copied().collect();
         assert_eq!(mine, (0..2_000).map(|i| s * 10_000 + i).collect::<Vec<_>>());
     }
+}
+
+#[test]
+fn a_bell_returns_at_once_while_items_wait_even_quietly_sent_ones() {
+    let (tx, mut rx) = unbounded();
+    let bell = rx.bell();
+    tx.try_send_quiet(1).unwrap();
+    assert!(tx.has_queued());
+    let started = Instant::now();
+    assert!(bell.wait_until(Instant::now() + Duration::from_secs(30)));
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert_eq!(rx.try_recv(), Some(1));
+    assert!(!tx.has_queued());
+    assert!(!rx.has_taken());
+}
+
+#[test]
+fn a_bell_times_out_and_wakes_for_wake_and_when_every_sender_is_gone() {
+    let (tx, rx) = unbounded::<u8>();
+    let bell = rx.bell();
+    // Nothing queued, nobody rings: the deadline ends the wait.
+    assert!(bell.wait_until(Instant::now() + Duration::from_millis(20)));
+
+    // A wake while nobody waits is kept for the next wait.
+    tx.wake();
+    let started = Instant::now();
+    assert!(bell.wait_until(Instant::now() + Duration::from_secs(60)));
+    assert!(started.elapsed() < Duration::from_secs(30));
+
+    let ringing = std::thread::spawn(move || {
+        let woke = bell.wait_until(Instant::now() + Duration::from_secs(60));
+        (woke, bell)
+    });
+    while !ringing.is_finished() {
+        tx.wake();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let (woke, bell) = ringing.join().unwrap();
+    assert!(woke, "senders are still there");
+
+    let waiting =
+        std::thread::spawn(move || bell.wait_until(Instant::now() + Duration::from_secs(60)));
+    drop(tx);
+    assert!(!waiting.join().unwrap(), "every sender is gone");
+    drop(rx);
+}
+
+#[test]
+fn a_quiet_send_is_refused_when_full_or_closed() {
+    let (tx, rx) = bounded(1);
+    tx.try_send_quiet(1).unwrap();
+    assert!(matches!(tx.try_send_quiet(2), Err(TrySendError::Full(2))));
+    drop(rx);
+    assert!(matches!(
+        tx.try_send_quiet(3),
+        Err(TrySendError::Disconnected(3))
+    ));
 }

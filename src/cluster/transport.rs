@@ -52,15 +52,16 @@ impl PeerService {
     fn take(&self, batch: RaftBatch) -> Result<(), Status> {
         // A removed member is told so, and its messages are not taken.
         let sender = removal::check_sender(&self.node.members().current.read(), batch.from);
+        let mut steps = Vec::with_capacity(batch.messages.len());
         for bytes in batch.messages {
             // Shares the batch's buffer: a snapshot's data is not copied.
             let m = Message::parse_from_carllerche_bytes(&bytes)
                 .map_err(|e| Status::invalid_argument(format!("not a raft message: {e}")))?;
             if self.admit(&m, sender.is_err()) {
-                // Full: dropped, Raft retries.
-                let _ = self.inbox.try_send(Input::Step(Box::new(m)));
+                steps.push(Input::Step(Box::new(m)));
             }
         }
+        self.node.deliver(steps);
         sender
     }
 

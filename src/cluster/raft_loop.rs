@@ -1,0 +1,322 @@
+//! The Raft loop: raft-rs' `RawNode` and the rounds that drive it, and
+//! who runs those rounds.
+//!
+//! A round takes the queued inputs (peer messages, proposals, read
+//! requests), ticks when a tick is due, and handles the `Ready` that
+//! follows (messages to peers, entries into the in-memory log, committed
+//! entries to the apply thread). The loop sits behind a lock in [`Core`],
+//! and two kinds of thread run rounds:
+//!
+//! * the Raft thread, which wakes for every tick (so elections and
+//!   heartbeats never depend on request handling) and for inputs nobody
+//!   else takes;
+//! * whoever queued an input on the hot paths (a client's proposal or
+//!   read, a peer's messages): it queues quietly and then runs the round
+//!   itself if the lock is free ([`Core::combine`]). When the lock is
+//!   taken, the holder finds the input on its next look at the queue.
+//!
+//! Why: handing every input to the Raft thread cost a futex wake and a
+//! context switch per crossing, about a quarter of all wake-ups of a
+//! three-member cluster under load (`sched_wakeup` counts in
+//! BENCHMARKS.md), and context switches were the largest single cost per
+//! put on these machines. A round never waits for anything (queues to the
+//! peers' senders and the apply thread are unbounded or refuse when full),
+//! so running one on a tokio worker is as short as on the Raft thread.
+//!
+//! A panic in a round (raft-rs stops on a broken invariant) ends the loop
+//! as it ended the Raft thread before: the loop is dropped, its inbox
+//! closes, and proposals fail with `etcdserver: server stopped`.
+
+use super::catchup::{CatchUp, LogStore, Work};
+use super::input::Input;
+use super::members::{self, Members};
+use super::peers::Peers;
+use super::queue::{Bell, Receiver, Sender, TrySendError};
+use super::status::RaftStatus;
+use super::waiters::Waiters;
+use crate::error::{Error, Result};
+use crate::mvcc::Applied;
+use parking_lot::Mutex;
+use raft::{RawNode, StateRole};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Inputs handled between two looks at the clock and at `Ready`.
+const INPUTS_PER_ROUND: usize = 1024;
+/// Proposed bytes taken in one round at most (the entries one batched
+/// append carries, see `batch_append` in `node.rs`), besides the last
+/// proposal.
+pub(super) const PROPOSED_BYTES_PER_ROUND: usize = 4 * 1024 * 1024;
+/// Rounds one combining sender runs at most before it leaves the rest to
+/// the Raft thread, so a request's task is not kept for long.
+const COMBINED_ROUNDS: usize = 4;
+
+/// What a round left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Round {
+    /// Nothing taken that is not handled.
+    Done,
+    /// Inputs taken but not handled yet (the round's bound was reached).
+    More,
+    /// The loop stops (`Input::Stop`, or a panic).
+    Stop,
+}
+
+/// The Raft loop behind its lock, and the queue into it.
+pub(super) struct Core {
+    raft: Mutex<Option<RaftLoop>>,
+    inbox: Sender<Input>,
+}
+
+impl Core {
+    /// Puts `raft` behind the lock; `inbox` is the sending side of its
+    /// input queue.
+    pub(super) fn new(raft: RaftLoop, inbox: Sender<Input>) -> Arc<Core> {
+        Arc::new(Core {
+            raft: Mutex::new(Some(raft)),
+            inbox,
+        })
+    }
+
+    /// Queues `input` without waking the Raft thread, then runs rounds
+    /// here while the lock is free (see the module docs). Fails with
+    /// `TooManyRequests` when the queue holds its bound, `Stopped` when
+    /// the loop has stopped.
+    pub(super) fn deliver(&self, input: Input) -> Result<()> {
+        self.queue(input)?;
+        self.combine();
+        Ok(())
+    }
+
+    /// Queues `input` without waking anyone; [`Core::combine`] takes it.
+    /// Fails as [`Core::deliver`] does.
+    pub(super) fn queue(&self, input: Input) -> Result<()> {
+        match self.inbox.try_send_quiet(input) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Full(_)) => Err(Error::TooManyRequests),
+            Err(TrySendError::Disconnected(_)) => Err(Error::Stopped),
+        }
+    }
+
+    /// Runs rounds on this thread while the lock is free and inputs wait.
+    /// Returns at once when another thread holds the lock: it looks at the
+    /// queue again after its round. After `COMBINED_ROUNDS` the Raft
+    /// thread is woken for the rest.
+    pub(super) fn combine(&self) {
+        for _ in 0..COMBINED_ROUNDS {
+            let Some(mut raft) = self.raft.try_lock() else {
+                return;
+            };
+            let round = run_round(&mut raft);
+            drop(raft);
+            // Looked at after the unlock: an input queued by a sender
+            // that found the lock taken is seen here or by that sender.
+            if round == Round::Stop || (round == Round::Done && !self.inbox.has_queued()) {
+                return;
+            }
+        }
+        self.inbox.wake();
+    }
+
+    /// The Raft thread: a round at every tick and whenever it is woken for
+    /// inputs, until the loop stops.
+    pub(super) fn run(self: Arc<Core>, bell: Bell<Input>) {
+        loop {
+            let Some(next_tick) = self.raft.lock().as_ref().map(|r| r.next_tick) else {
+                return;
+            };
+            if !bell.wait_until(next_tick) {
+                // Every sender is gone.
+                *self.raft.lock() = None;
+                return;
+            }
+            let mut raft = self.raft.lock();
+            loop {
+                match run_round(&mut raft) {
+                    Round::More => continue,
+                    Round::Done => break,
+                    Round::Stop => return,
+                }
+            }
+        }
+    }
+}
+
+/// One round of the loop in `slot`; a stop or a panic drops the loop.
+fn run_round(slot: &mut Option<RaftLoop>) -> Round {
+    let Some(raft) = slot.as_mut() else {
+        return Round::Stop;
+    };
+    let round = match catch_unwind(AssertUnwindSafe(|| raft.round())) {
+        Ok(round) => round,
+        Err(_) => {
+            tracing::error!("the raft loop stopped after a panic");
+            Round::Stop
+        }
+    };
+    if round == Round::Stop {
+        *slot = None;
+    }
+    round
+}
+
+/// The Raft state and what a round needs: owned by [`Core`], used by one
+/// thread at a time.
+pub(super) struct RaftLoop {
+    pub(super) raw: RawNode<LogStore>,
+    pub(super) inputs: Receiver<Input>,
+    pub(super) peers: Peers,
+    pub(super) to_apply: Sender<Work>,
+    pub(super) waiters: Arc<Waiters<Result<Applied>>>,
+    pub(super) reads: Arc<Waiters<u64>>,
+    pub(super) status: Arc<RaftStatus>,
+    /// The heartbeat interval: one raft tick.
+    pub(super) tick: Duration,
+    /// When the next tick is due.
+    pub(super) next_tick: Instant,
+    pub(super) catchup: CatchUp,
+    pub(super) members: Arc<Members>,
+}
+
+impl RaftLoop {
+    /// One round: takes the inputs queued (up to `INPUTS_PER_ROUND`, or
+    /// `PROPOSED_BYTES_PER_ROUND` of proposals), ticks when a tick is
+    /// due, and handles the `Ready` that follows.
+    fn round(&mut self) -> Round {
+        let mut proposed = 0;
+        for _ in 0..INPUTS_PER_ROUND {
+            if proposed > PROPOSED_BYTES_PER_ROUND {
+                break;
+            }
+            match self.inputs.try_recv() {
+                Some(input) => {
+                    proposed += input.proposed_bytes();
+                    if !self.take(input) {
+                        return Round::Stop;
+                    }
+                }
+                None => break,
+            }
+        }
+        let now = Instant::now();
+        if now >= self.next_tick {
+            self.raw.tick();
+            self.next_tick += self.tick;
+            if self.next_tick < now {
+                // The loop was held up for more than a tick: do not tick
+                // in a burst to catch up.
+                self.next_tick = now + self.tick;
+            }
+        }
+        self.on_ready();
+        for to in self.peers.take_undelivered() {
+            self.catchup.delivered(&mut self.raw, to, false);
+        }
+        let applied = self.status.applied();
+        self.catchup
+            .after_round(&mut self.raw, applied, &self.to_apply);
+        self.publish();
+        if self.inputs.has_taken() {
+            Round::More
+        } else {
+            Round::Done
+        }
+    }
+
+    /// Takes one input; false to stop.
+    fn take(&mut self, input: Input) -> bool {
+        match input {
+            Input::Step(m) => {
+                // A message from an unknown or stale peer is dropped by raft.
+                if let Err(e) = self.raw.step(*m) {
+                    tracing::debug!(error = %e, "raft message dropped");
+                }
+            }
+            Input::Propose { proposal, data } => {
+                if self.raw.propose(Vec::new(), data).is_err() {
+                    // No leader to forward to (an election is running), or
+                    // a leadership transfer is under way.
+                    self.waiters.finish(proposal, Err(Error::NoLeader));
+                }
+            }
+            Input::ReadIndex { ctx } => self.raw.read_index(ctx.to_be_bytes().to_vec()),
+            Input::TransferLeader(to) => super::transfer::start(&mut self.raw, to),
+            Input::SnapshotBuilt { index, term, data } => {
+                self.catchup.built(&self.raw, index, term, data)
+            }
+            Input::SnapshotStatus { to, ok } => self.catchup.delivered(&mut self.raw, to, ok),
+            Input::Save(tx) => drop(self.to_apply.send(Work::Save(tx))),
+            Input::Stop => return false,
+            other => members::take(&mut self.raw, &mut self.peers, &self.members, other),
+        }
+        true
+    }
+
+    /// Handles a `Ready` in raft-rs' order: messages a leader may send at
+    /// once, committed entries, new entries into the log, the hard state,
+    /// messages that had to wait for them, then the light ready.
+    fn on_ready(&mut self) {
+        if !self.raw.has_ready() {
+            return;
+        }
+        let mut rd = self.raw.ready();
+        self.peers.send_all(rd.take_messages());
+        for rs in rd.take_read_states() {
+            if let Ok(ctx) = <[u8; 8]>::try_from(rs.request_ctx.as_slice()) {
+                self.reads.finish(u64::from_be_bytes(ctx), rs.index);
+            }
+        }
+        if !rd.snapshot().is_empty() {
+            let snap = rd.snapshot().clone();
+            self.catchup.received(&mut self.raw, snap, &self.to_apply);
+        }
+        self.apply(rd.take_committed_entries());
+        if !rd.entries().is_empty() {
+            if let Err(e) = self.raw.mut_store().wl().append(rd.entries()) {
+                tracing::error!(error = %e, "cannot append to the raft log");
+            }
+        }
+        if let Some(hs) = rd.hs() {
+            self.raw.mut_store().wl().set_hardstate(hs.clone());
+        }
+        self.peers.send_all(rd.take_persisted_messages());
+        let mut light = self.raw.advance(rd);
+        if let Some(commit) = light.commit_index() {
+            self.raw
+                .mut_store()
+                .wl()
+                .mut_hard_state()
+                .set_commit(commit);
+        }
+        self.peers.send_all(light.take_messages());
+        self.apply(light.take_committed_entries());
+        self.raw.advance_apply();
+    }
+
+    /// Hands committed entries to the apply thread, in order.
+    fn apply(&self, entries: Vec<raft::prelude::Entry>) {
+        if let Some(last) = entries.last() {
+            self.status
+                .committed
+                .store(last.get_index(), Ordering::Relaxed);
+            let _ = self.to_apply.send(Work::Entries(entries));
+        }
+    }
+
+    fn publish(&self) {
+        let raft = &self.raw.raft;
+        let before = self.status.leader.swap(raft.leader_id, Ordering::Relaxed);
+        if raft.leader_id != 0 && raft.leader_id != before {
+            self.status.leader_changes.fetch_add(1, Ordering::Relaxed);
+        }
+        if raft.leader_id == raft.id && before != raft.id {
+            *self.status.leader_elected.lock() = Some(std::time::Instant::now());
+        }
+        self.status.term.store(raft.term, Ordering::Relaxed);
+        self.status
+            .is_leader
+            .store(raft.state == StateRole::Leader, Ordering::Relaxed);
+    }
+}
