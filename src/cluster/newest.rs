@@ -127,11 +127,13 @@ fn describe_all(answers: &[(String, ProbeResponse)]) -> String {
 /// data directory (the directory of `own`), checks it, and installs it as
 /// the seed's own file (the older one kept as `.prev`): the state to
 /// resume from. On an error nothing is installed and the partial file is
-/// removed.
+/// removed. `first`: the first attempt, which is announced at WARN (later
+/// ones at DEBUG; the caller tells of their failures).
 pub(super) async fn adopt(
     config: &ClusterConfig,
     own: &Saved,
     from: &(String, ProbeResponse),
+    first: bool,
 ) -> Result<Saved, String> {
     let (url, r) = from;
     let dir = own
@@ -141,12 +143,16 @@ pub(super) async fn adopt(
         .to_path_buf();
     let cluster_id = config.cluster_id();
     let tmp = dir.join(format!("{}.fetched", saved::file_name(cluster_id)));
-    tracing::warn!(
-        own = %own.describe(),
-        newer = %describe(url, r),
-        "a waiting member holds a newer saved state than this member (the seed): fetching \
-         it to resume the cluster from it"
-    );
+    if first {
+        tracing::warn!(
+            own = %own.describe(),
+            newer = %describe(url, r),
+            "a waiting member holds a newer saved state than this member (the seed): fetching \
+             it to resume the cluster from it"
+        );
+    } else {
+        tracing::debug!(newer = %describe(url, r), "fetching the newer saved state again");
+    }
     let started = Instant::now();
     let fetched = match fetch(config, url, r, &tmp).await {
         Ok(bytes) => check(r, &tmp).await.map(|s| (s, bytes)),

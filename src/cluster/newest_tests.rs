@@ -205,7 +205,7 @@ async fn the_seed_fetches_a_newer_file_checks_it_and_keeps_its_own_as_prev() {
         Some(&answer)
     );
 
-    let got = adopt(&seed, &own, &answer).await.unwrap();
+    let got = adopt(&seed, &own, &answer, true).await.unwrap();
     assert_eq!(got.snapshot, big);
     assert_eq!(got.path, mine.path().join(saved::file_name(cid)));
     let name = saved::file_name(cid);
@@ -239,7 +239,7 @@ async fn a_failed_fetch_installs_nothing_and_leaves_no_partial_file() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         format!("http://{}", l.local_addr().unwrap())
     };
-    let e = adopt(&seed, &own, &(gone, answer.1.clone()))
+    let e = adopt(&seed, &own, &(gone, answer.1.clone()), true)
         .await
         .unwrap_err();
     assert!(e.contains("cannot connect"), "{e}");
@@ -247,7 +247,7 @@ async fn a_failed_fetch_installs_nothing_and_leaves_no_partial_file() {
     // meanwhile): refused before anything is sent.
     let mut moved = answer.clone();
     moved.1.saved_index = 81;
-    let e = adopt(&seed, &own, &moved).await.unwrap_err();
+    let e = adopt(&seed, &own, &moved, true).await.unwrap_err();
     assert!(e.contains("refused") && e.contains("raft index 80"), "{e}");
     // Its file was damaged after it was loaded: it arrives whole but does
     // not decode, and is not used.
@@ -256,7 +256,7 @@ async fn a_failed_fetch_installs_nothing_and_leaves_no_partial_file() {
     let last = bytes.len() - 1;
     bytes[last] ^= 0xff;
     std::fs::write(&path, &bytes).unwrap();
-    let e = adopt(&seed, &own, &answer).await.unwrap_err();
+    let e = adopt(&seed, &own, &answer, true).await.unwrap_err();
     assert!(e.contains(".fetched"), "{e}");
     // Each time: the seed's own file untouched, nothing half-written left.
     assert_eq!(files(mine.path()), before);

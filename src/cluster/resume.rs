@@ -40,6 +40,7 @@
 use super::saved::Saved;
 use super::saved_transfer;
 use crate::config::ClusterConfig;
+use crate::metrics::warnings::RateLimit;
 use crate::proto::ephd::internal::{
     membership_server::{Membership as MembershipRpc, MembershipServer},
     FetchSavedRequest, JoinRequest, JoinResponse, MembershipState, ProbeRequest, ProbeResponse,
@@ -53,6 +54,11 @@ use tonic::{Request, Response, Status};
 pub const PATIENCE: Duration = Duration::from_secs(120);
 /// How often it asks the others meanwhile.
 const ROUND: Duration = Duration::from_millis(500);
+/// A waiting member waits past [`PATIENCE`] while a piece of its file
+/// went to the seed this recently.
+const FETCH_IDLE: Duration = Duration::from_secs(15);
+/// At most one warning per this period about a fetch that keeps failing.
+const FAILURE_WARNINGS: Duration = Duration::from_secs(10);
 
 /// What a waiting member answers on its peer URL.
 #[derive(Debug, Clone)]
@@ -256,6 +262,11 @@ where
     );
     // Why the last round's fetch failed (none after a round without one).
     let mut failed: Option<String>;
+    // A fetch failing every round is told once per period, not per round.
+    let started = std::time::Instant::now();
+    let warnings = RateLimit::new(FAILURE_WARNINGS);
+    let mut fetches = 0u64;
+    let mut extended = false;
     loop {
         let answers = ask().await;
         match next(config, saved, &answers) {
@@ -265,24 +276,41 @@ where
                 let Some(from) = super::newest::newer(config, saved, &answers) else {
                     return (Waited::Resume(None), answers);
                 };
-                match super::newest::adopt(config, saved, from).await {
+                fetches += 1;
+                match super::newest::adopt(config, saved, from, fetches == 1).await {
                     Ok(newer) => return (Waited::Resume(Some(Box::new(newer))), answers),
                     Err(e) => {
-                        tracing::warn!(
-                            own = %saved.describe(),
-                            newer = %super::newest::describe(&from.0, &from.1),
-                            error = %e,
-                            "cannot fetch the newer saved state of a waiting member: trying \
-                             again next round (the cluster does not resume from an older \
-                             state while a waiting member holds a newer one)"
-                        );
+                        match warnings.admit(started.elapsed()) {
+                            Some(held) => tracing::warn!(
+                                own = %saved.describe(),
+                                newer = %super::newest::describe(&from.0, &from.1),
+                                error = %e,
+                                failed_fetches_not_logged = held,
+                                "cannot fetch the newer saved state of a waiting member: \
+                                 trying again every round (the cluster does not resume from \
+                                 an older state while a waiting member holds a newer one)"
+                            ),
+                            None => tracing::debug!(error = %e, "fetch failed again"),
+                        }
                         failed = Some(e);
                     }
                 }
             }
         }
         if tokio::time::Instant::now() >= deadline {
-            return (Waited::GaveUp(failed), answers);
+            // The seed fetching this member's file is the resume under
+            // way: wait for it rather than give up in the middle.
+            if !saved_transfer::sent_within(&saved.path, FETCH_IDLE) {
+                return (Waited::GaveUp(failed), answers);
+            }
+            if !extended {
+                extended = true;
+                tracing::info!(
+                    file = %saved.path.display(),
+                    "still waiting past {PATIENCE:?}: the seed is fetching this member's saved \
+                     state"
+                );
+            }
         }
         tokio::time::sleep(ROUND).await;
     }
@@ -340,6 +368,40 @@ mod tests {
         let led = [answer(true, 0, None), answer(false, 7, None)];
         assert_eq!(next(&seed, &s, &led), Next::Running);
         assert_eq!(next(&other, &s, &led), Next::Running);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_waiting_member_waits_past_its_patience_while_the_seed_fetches_its_file() {
+        let other = config("m1", 3);
+        let dir = tempfile::tempdir().unwrap();
+        let waiting = || async { vec![answer(true, 0, None)] };
+        // Nobody fetches its file: it gives up once its patience is out.
+        let mut s = saved();
+        s.path = dir.path().join("not-fetched.snap");
+        let started = tokio::time::Instant::now();
+        let (waited, _) = wait(&other, &s, waiting).await;
+        assert!(matches!(waited, Waited::GaveUp(None)));
+        assert!(started.elapsed() >= PATIENCE);
+        // The seed is fetching it: it waits on until the cluster runs.
+        s.path = dir.path().join("fetched.snap");
+        saved_transfer::note_sent(&s.path);
+        let patience_rounds = (PATIENCE.as_millis() / ROUND.as_millis()) as u32;
+        let mut asked = 0;
+        let started = tokio::time::Instant::now();
+        let (waited, _) = wait(&other, &s, || {
+            asked += 1;
+            let running = asked > patience_rounds + 20;
+            async move {
+                if running {
+                    vec![answer(false, 0, Some((0x99, false)))]
+                } else {
+                    vec![answer(true, 0, None)]
+                }
+            }
+        })
+        .await;
+        assert!(matches!(waited, Waited::Running));
+        assert!(started.elapsed() > PATIENCE);
     }
 
     #[test]

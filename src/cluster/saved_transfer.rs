@@ -16,11 +16,38 @@
 
 use crate::proto::ephd::internal::SavedChunk;
 use futures::{Stream, StreamExt};
+use parking_lot::Mutex;
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, Read as _, Write as _};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tonic::Status;
+
+/// When a piece of each file served was last handed out, by path: a
+/// waiting member keeps waiting while the seed is fetching its file
+/// (`resume.rs`).
+static SENT: std::sync::LazyLock<Mutex<HashMap<PathBuf, Instant>>> =
+    std::sync::LazyLock::new(Mutex::default);
+
+/// Whether a piece of the file at `path` was handed out to a receiver
+/// within `window`.
+pub fn sent_within(path: &Path, window: Duration) -> bool {
+    SENT.lock()
+        .get(path)
+        .is_some_and(|at| at.elapsed() <= window)
+}
+
+/// Notes that a piece of the file at `path` was handed out now.
+pub(super) fn note_sent(path: &Path) {
+    let mut sent = SENT.lock();
+    match sent.get_mut(path) {
+        Some(at) => *at = Instant::now(),
+        None => {
+            sent.insert(path.to_path_buf(), Instant::now());
+        }
+    }
+}
 
 /// The size of one piece: a few MiB, under the 4 MiB a gRPC message may
 /// have by default.
@@ -73,6 +100,7 @@ pub fn serve(path: PathBuf) -> io::Result<Chunks> {
             if tx.blocking_send(piece).is_err() || failed {
                 return;
             }
+            note_sent(&path);
         }
     });
     Ok(tokio_stream::wrappers::ReceiverStream::new(rx).boxed())

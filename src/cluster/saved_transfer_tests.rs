@@ -33,6 +33,12 @@ async fn a_file_of_several_pieces_arrives_whole_and_in_order() {
         .map(|p| p.as_ref().unwrap().data.len())
         .collect();
     assert_eq!(sizes, [CHUNK, CHUNK, 123]);
+    // A waiting member sees that its file is being fetched (`resume.rs`).
+    assert!(sent_within(&from, Duration::from_secs(60)));
+    assert!(!sent_within(
+        &dir.path().join("never-sent"),
+        Duration::from_secs(60)
+    ));
     assert_eq!(fed(pieces, bytes.len() as u64).await.unwrap(), bytes);
     // Straight from the sender's stream, the size not announced before.
     let to = dir.path().join("got");
