@@ -70,8 +70,10 @@ pub struct Config {
     #[arg(long, env = "EPHD_ADVERTISE_CLIENT_URLS", value_delimiter = ',')]
     pub advertise_client_urls: Vec<String>,
 
-    /// Largest write request accepted, in bytes (etcd's default: 1.5 MiB).
-    #[arg(long, env = "EPHD_MAX_REQUEST_BYTES", default_value_t = 1_572_864)]
+    /// Largest write request accepted, in bytes (etcd's default: 1.5 MiB;
+    /// at most 1 GiB here: an event holds a value and the one it replaced,
+    /// and a snapshot record of it must stay under 4 GiB).
+    #[arg(long, env = "EPHD_MAX_REQUEST_BYTES", default_value_t = 1_572_864, value_parser = parse_request_bytes)]
     pub max_request_bytes: usize,
 
     /// Most compares, or ops per branch, in one txn.
@@ -519,6 +521,25 @@ fn fraction(n: u128, per: u128) -> String {
     let width = per.ilog10() as usize;
     let decimals = format!("{rest:0width$}");
     format!("{whole}.{}", decimals.trim_end_matches('0'))
+}
+
+/// The largest `--max-request-bytes` taken (see that flag).
+pub const MAX_REQUEST_BYTES_LIMIT: usize = 1 << 30;
+
+/// Parses `--max-request-bytes`: a byte count up to
+/// [`MAX_REQUEST_BYTES_LIMIT`].
+pub fn parse_request_bytes(s: &str) -> Result<usize, String> {
+    let n: usize = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("not a byte count: {s:?}"))?;
+    if n > MAX_REQUEST_BYTES_LIMIT {
+        return Err(format!(
+            "{n} is above the largest request ephd takes, {MAX_REQUEST_BYTES_LIMIT} bytes (1 GiB): \
+             a snapshot record holds a value and the one it replaced and must stay under 4 GiB"
+        ));
+    }
+    Ok(n)
 }
 
 /// Parses Go's duration syntax (`1h30m`, `10s`, `250ms`, `0`), which etcd's

@@ -138,3 +138,14 @@ fn defaults_listen_on_loopback_2379() {
     assert_eq!(c.max_request_bytes, 1_572_864);
     assert_eq!(c.max_txn_ops, 128);
 }
+
+#[test]
+fn max_request_bytes_goes_up_to_one_gib_and_no_further() {
+    let c = Config::try_parse_from(["ephd", "--max-request-bytes", "1073741824"]).unwrap();
+    assert_eq!(c.max_request_bytes, 1 << 30);
+    let e = Config::try_parse_from(["ephd", "--max-request-bytes", "1073741825"])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("1 GiB") && e.contains("4 GiB"), "{e}");
+    assert!(Config::try_parse_from(["ephd", "--max-request-bytes", "lots"]).is_err());
+}

@@ -5,8 +5,9 @@
 //! Only a record's length is 32 bits; a whole snapshot may be any size
 //! (offsets are `usize`). A record is one key's history cut into parts of
 //! `KEY_RECORD_BYTES`, one event (at most two key-values), a lease, an
-//! alarm or a section, so it stays far below 4 GiB as long as a key-value
-//! is below 2 GiB, which the protobuf message it was written in bounds.
+//! alarm or a section, so it stays far below 4 GiB: a key-value is at
+//! most `--max-request-bytes`, which the flag bounds at 1 GiB
+//! (`config::MAX_REQUEST_BYTES_LIMIT`).
 //! The writer never truncates a length; the reader refuses any length the
 //! bytes do not hold, without allocating for it.
 
@@ -33,8 +34,9 @@ impl Writer {
         crc.update(&[kind]);
         crc.update(payload);
         // Never a truncated length (see the module docs).
-        let len = u32::try_from(payload.len() + 1)
-            .expect("a snapshot record under 4 GiB: histories are cut, key-values are under 2 GiB");
+        let len = u32::try_from(payload.len() + 1).expect(
+            "a snapshot record under 4 GiB: histories are cut, key-values are at most 1 GiB",
+        );
         self.out.extend_from_slice(&len.to_le_bytes());
         self.out.extend_from_slice(&crc.finalize().to_le_bytes());
         self.out.push(kind);
