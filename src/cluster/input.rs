@@ -1,5 +1,5 @@
-//! What the Raft thread is asked to do, and the small types those requests
-//! carry: a leaf of cluster mode's modules, so the Raft thread (`node.rs`)
+//! What the Raft loop is asked to do, and the small types those requests
+//! carry: a leaf of cluster mode's modules, so the Raft loop (`raft_loop.rs`)
 //! and everything that talks to it (peers, catch-up, membership,
 //! leadership) share it without depending on one another.
 
@@ -8,7 +8,7 @@ use raft::prelude::{ConfChange, Message};
 use std::collections::HashMap;
 use tokio::sync::oneshot;
 
-/// What the Raft thread is asked to do.
+/// What the Raft loop is asked to do.
 pub(super) enum Input {
     /// A message from a peer.
     Step(Box<Message>),

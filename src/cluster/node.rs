@@ -40,7 +40,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
-/// Inputs the Raft thread takes; bounded, so a flood of peer messages or
+/// Inputs the Raft loop takes; bounded, so a flood of peer messages or
 /// proposals is refused rather than queued without limit.
 const INBOX: usize = 16 * 1024;
 /// Largest append message to a peer (raft still sends one entry if it is
@@ -107,8 +107,8 @@ impl Node {
             // `benchmark put` on three members: 20 % fewer thread switches
             // and about 9 % less CPU per put (medians of 8 alternated runs:
             // 85.5 against 94 µs). A round's proposals are bounded by
-            // INPUTS_PER_ROUND and PROPOSED_BYTES_PER_ROUND, which bounds
-            // such an append.
+            // INPUTS_PER_ROUND and PROPOSED_BYTES_PER_ROUND (`raft_loop.rs`),
+            // which bounds such an append.
             batch_append: true,
             ..Default::default()
         };

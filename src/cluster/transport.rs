@@ -1,6 +1,6 @@
 //! Raft messages from the other members: a small gRPC service
 //! (`ephd.internal.RaftTransport`) on the peer listener, which hands each
-//! message to the Raft thread, whether it came on a peer's stream or in a
+//! message to the Raft loop, whether it came on a peer's stream or in a
 //! unary call (older members) (none from a member the cluster removed,
 //! which is told so: `removal.rs`). A snapshot comes on a stream of its
 //! own, its data in chunks, reassembled by `snapshot_recv.rs`. The sending
@@ -24,7 +24,7 @@ use std::sync::Arc;
 use tonic::{Request, Response, Status, Streaming};
 
 /// The receiving side, served on the peer listener: hands each message to
-/// the Raft thread, and answers what followers forward to the leader.
+/// the Raft loop, and answers what followers forward to the leader.
 #[derive(Clone)]
 pub struct PeerService {
     id: u64,
@@ -47,7 +47,7 @@ impl PeerService {
 }
 
 impl PeerService {
-    /// Hands a batch's messages to the Raft thread; refuses the batch of a
+    /// Hands a batch's messages to the Raft loop; refuses the batch of a
     /// removed member, and a message that does not parse.
     fn take(&self, batch: RaftBatch) -> Result<(), Status> {
         // A removed member is told so, and its messages are not taken.
@@ -65,7 +65,7 @@ impl PeerService {
         sender
     }
 
-    /// Whether `m` goes to the Raft thread (its sender noted); `refused`:
+    /// Whether `m` goes to the Raft loop (its sender noted); `refused`:
     /// the member that sent it was removed.
     fn admit(&self, m: &Message, refused: bool) -> bool {
         if m.get_to() != self.id {
@@ -133,7 +133,7 @@ impl RaftTransport for PeerService {
             chunks = received.chunks,
             "raft snapshot received"
         );
-        // Not dropped when the Raft thread's inbox is full, as a batch's
+        // Not dropped when the Raft loop's inbox is full, as a batch's
         // messages are: this one may have taken minutes to arrive.
         let step = Input::Step(Box::new(received.message));
         if let Err(TrySendError::Full(step)) = self.inbox.try_send(step) {
