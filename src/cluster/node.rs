@@ -52,7 +52,6 @@ const MAX_INFLIGHT: usize = 256;
 /// A running Raft member: what proposes and what reports Raft's state.
 pub struct Node {
     id: u64,
-    inbox: Sender<Input>,
     /// The Raft loop, which inputs on the hot paths run themselves
     /// (`raft_loop.rs`).
     core: Arc<Core>,
@@ -185,7 +184,6 @@ impl Node {
         );
         let node = Arc::new(Node {
             id,
-            inbox,
             core,
             waiters,
             reads,
@@ -229,7 +227,7 @@ impl Node {
 
     /// The sender peers' messages go to (see `transport.rs`).
     pub(super) fn inbox(&self) -> Sender<Input> {
-        self.inbox.clone()
+        self.core.sender().clone()
     }
 
     /// Queues peers' messages for the Raft loop, then runs its round on
@@ -346,7 +344,7 @@ impl Node {
     /// Stops the Raft and apply threads (blocking until they end); waiting
     /// requests fail with `etcdserver: server stopped`.
     pub fn stop(&self) {
-        let _ = self.inbox.send(Input::Stop);
+        let _ = self.core.sender().send(Input::Stop);
         for t in self.threads.lock().drain(..) {
             let _ = t.join();
         }

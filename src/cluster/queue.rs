@@ -18,8 +18,8 @@
 //! The error types are `crossbeam_channel`'s, so callers match on them as
 //! before.
 
-pub(super) use crossbeam_channel::{RecvTimeoutError, SendError, TrySendError};
-use parking_lot::{Condvar, Mutex};
+pub(super) use crossbeam_channel::{SendError, TrySendError};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Instant;
@@ -94,15 +94,7 @@ fn channel<T>(cap: usize) -> (Sender<T>, Receiver<T>) {
 impl<T> Sender<T> {
     /// Queues `item` unless the channel is full or the receiver is gone.
     pub(super) fn try_send(&self, item: T) -> Result<(), TrySendError<T>> {
-        let s = self.0.state.lock();
-        if s.closed {
-            return Err(TrySendError::Disconnected(item));
-        }
-        if s.items.len() >= self.0.cap {
-            return Err(TrySendError::Full(item));
-        }
-        self.push(s, item);
-        Ok(())
+        self.try_push(item, true)
     }
 
     /// Queues `item`, waiting for room in a full channel; fails only when
@@ -128,6 +120,10 @@ impl<T> Sender<T> {
     /// whoever is taking items now (the Raft loop's combining,
     /// `raft_loop.rs`).
     pub(super) fn try_send_quiet(&self, item: T) -> Result<(), TrySendError<T>> {
+        self.try_push(item, false)
+    }
+
+    fn try_push(&self, item: T, wake: bool) -> Result<(), TrySendError<T>> {
         let mut s = self.0.state.lock();
         if s.closed {
             return Err(TrySendError::Disconnected(item));
@@ -135,7 +131,11 @@ impl<T> Sender<T> {
         if s.items.len() >= self.0.cap {
             return Err(TrySendError::Full(item));
         }
-        s.items.push_back(item);
+        if wake {
+            self.push(s, item);
+        } else {
+            s.items.push_back(item);
+        }
         Ok(())
     }
 
@@ -157,7 +157,7 @@ impl<T> Sender<T> {
         }
     }
 
-    fn push(&self, mut s: parking_lot::MutexGuard<'_, State<T>>, item: T) {
+    fn push(&self, mut s: MutexGuard<'_, State<T>>, item: T) {
         s.items.push_back(item);
         let wake = s.parked;
         s.parked = false;
@@ -229,65 +229,41 @@ impl<T> Receiver<T> {
         self.taken.pop_front()
     }
 
-    /// The next item, waiting for one until `timeout` has passed.
-    #[cfg(test)]
-    pub(super) fn recv_timeout(
-        &mut self,
-        timeout: std::time::Duration,
-    ) -> Result<T, RecvTimeoutError> {
-        self.recv_until(Some(Instant::now() + timeout))
-    }
-
     /// The next item, waiting for one; `None` once every sender is gone
     /// and nothing is left.
     pub(super) fn recv(&mut self) -> Option<T> {
-        self.recv_until(None).ok()
-    }
-
-    fn recv_until(&mut self, deadline: Option<Instant>) -> Result<T, RecvTimeoutError> {
         if let Some(item) = self.taken.pop_front() {
-            return Ok(item);
+            return Some(item);
         }
-        let shared = self.shared.clone();
-        let mut s = shared.state.lock();
-        loop {
-            if !s.items.is_empty() {
-                std::mem::swap(&mut s.items, &mut self.taken);
-                let room = s.full_waiters > 0;
-                drop(s);
-                if room {
-                    shared.room.notify_all();
-                }
-                return Ok(self.taken.pop_front().expect("just taken"));
-            }
+        let mut s = self.shared.state.lock();
+        while s.items.is_empty() {
             if s.senders == 0 {
-                return Err(RecvTimeoutError::Disconnected);
+                return None;
             }
             s.parked = true;
-            match deadline {
-                None => shared.ready.wait(&mut s),
-                Some(d) => {
-                    if shared.ready.wait_until(&mut s, d).timed_out() && s.items.is_empty() {
-                        s.parked = false;
-                        return Err(RecvTimeoutError::Timeout);
-                    }
-                }
-            }
+            self.shared.ready.wait(&mut s);
         }
+        take_all(&self.shared, s, &mut self.taken);
+        self.taken.pop_front()
     }
 
     /// Moves everything queued into `taken`, in one lock.
     fn take_all(&mut self) {
-        let mut s = self.shared.state.lock();
-        if s.items.is_empty() {
-            return;
+        let s = self.shared.state.lock();
+        if !s.items.is_empty() {
+            take_all(&self.shared, s, &mut self.taken);
         }
-        std::mem::swap(&mut s.items, &mut self.taken);
-        let room = s.full_waiters > 0;
-        drop(s);
-        if room {
-            self.shared.room.notify_all();
-        }
+    }
+}
+
+/// Swaps the shared queue (locked in `s`) into `taken`, and lets senders
+/// waiting for room go.
+fn take_all<T>(shared: &Shared<T>, mut s: MutexGuard<'_, State<T>>, taken: &mut VecDeque<T>) {
+    std::mem::swap(&mut s.items, taken);
+    let room = s.full_waiters > 0;
+    drop(s);
+    if room {
+        shared.room.notify_all();
     }
 }
 

@@ -80,6 +80,12 @@ impl Core {
         })
     }
 
+    /// The sending side of the loop's input queue, for inputs that wake
+    /// the Raft thread (a plain send) rather than run a round here.
+    pub(super) fn sender(&self) -> &Sender<Input> {
+        &self.inbox
+    }
+
     /// Queues `input` without waking the Raft thread, then runs rounds
     /// here while the lock is free (see the module docs). Fails with
     /// `TooManyRequests` when the queue holds its bound, `Stopped` when

@@ -40,13 +40,7 @@ pub fn sent_within(path: &Path, window: Duration) -> bool {
 
 /// Notes that a piece of the file at `path` was handed out now.
 pub(super) fn note_sent(path: &Path) {
-    let mut sent = SENT.lock();
-    match sent.get_mut(path) {
-        Some(at) => *at = Instant::now(),
-        None => {
-            sent.insert(path.to_path_buf(), Instant::now());
-        }
-    }
+    SENT.lock().insert(path.to_path_buf(), Instant::now());
 }
 
 /// The size of one piece: a few MiB, under the 4 MiB a gRPC message may
