@@ -230,13 +230,16 @@ impl Node {
         self.core.sender().clone()
     }
 
-    /// Queues peers' messages for the Raft loop, then runs its round on
-    /// this thread when nobody else is (`raft_loop.rs`); a message that
-    /// finds the queue full is dropped (Raft sends it again).
-    pub(super) fn deliver(&self, inputs: impl IntoIterator<Item = Input>) {
-        for input in inputs {
-            let _ = self.core.queue(input);
-        }
+    /// Queues a peer's message for the Raft loop without running it (see
+    /// [`Node::run_loop`]); a message that finds the queue full is dropped
+    /// (Raft sends it again).
+    pub(super) fn queue(&self, input: Input) {
+        let _ = self.core.queue(input);
+    }
+
+    /// Runs the Raft loop's rounds on this thread when nobody else is
+    /// (`raft_loop.rs`), for what [`Node::queue`] queued.
+    pub(super) fn run_loop(&self) {
         self.core.combine();
     }
 

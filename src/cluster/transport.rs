@@ -52,17 +52,18 @@ impl PeerService {
     fn take(&self, batch: RaftBatch) -> Result<(), Status> {
         // A removed member is told so, and its messages are not taken.
         let sender = removal::check_sender(&self.node.members().current.read(), batch.from);
-        let mut steps = Vec::with_capacity(batch.messages.len());
-        for bytes in batch.messages {
+        let parsed = batch.messages.iter().try_for_each(|bytes| {
             // Shares the batch's buffer: a snapshot's data is not copied.
-            let m = Message::parse_from_carllerche_bytes(&bytes)
+            let m = Message::parse_from_carllerche_bytes(bytes)
                 .map_err(|e| Status::invalid_argument(format!("not a raft message: {e}")))?;
             if self.admit(&m, sender.is_err()) {
-                steps.push(Input::Step(Box::new(m)));
+                self.node.queue(Input::Step(Box::new(m)));
             }
-        }
-        self.node.deliver(steps);
-        sender
+            Ok(())
+        });
+        // What was queued before a message that does not parse is taken.
+        self.node.run_loop();
+        parsed.and(sender)
     }
 
     /// Whether `m` goes to the Raft loop (its sender noted); `refused`:
