@@ -19,6 +19,19 @@ const DEADLINE: Duration = Duration::from_secs(10);
 /// One member, alone in its cluster: it elects itself after an election
 /// timeout.
 fn single(hold_writes: bool) -> (Arc<Node>, Arc<Store>) {
+    solo(
+        hold_writes,
+        Duration::from_millis(10),
+        Duration::from_millis(50),
+    )
+}
+
+/// [`single`] with the given heartbeat interval and election timeout.
+pub(super) fn solo(
+    hold_writes: bool,
+    heartbeat: Duration,
+    election: Duration,
+) -> (Arc<Node>, Arc<Store>) {
     let url = "http://127.0.0.1:1".to_string();
     let id = member_id(std::slice::from_ref(&url), "gate-test");
     let config = ClusterConfig {
@@ -31,8 +44,8 @@ fn single(hold_writes: bool) -> (Arc<Node>, Arc<Store>) {
         token: "gate-test".into(),
         listen_peer_urls: vec![url.clone()],
         advertise_peer_urls: vec![url.clone()],
-        heartbeat: Duration::from_millis(10),
-        election: Duration::from_millis(50),
+        heartbeat,
+        election,
         existing: false,
         snapshot_count: 1000,
         catchup_entries: 100,

@@ -49,6 +49,8 @@ mod initial_gate;
 mod initial_gate_tests;
 mod input;
 mod join;
+#[cfg(test)]
+mod leaderless_tests;
 pub mod leadership;
 pub mod learner;
 pub mod lease_forward;

@@ -149,6 +149,7 @@ impl Node {
                 status.log.clone(),
             ),
             members: members.clone(),
+            held: Vec::new(),
         };
         let core = Core::new(raft_loop, inbox.clone());
         let raft_core = core.clone();
@@ -248,8 +249,11 @@ impl Node {
     /// the request timeout fails with `etcdserver: request timed out` (with
     /// etcd's "possibly due to previous leader failure" or "connection
     /// lost" when that is why, see `timeouts.rs`) and is never proposed
-    /// again (it may still commit later). Writes first wait for the
-    /// initial revision (`initial_gate.rs`) within that timeout.
+    /// again (it may still commit later). As in etcd, a member that knows
+    /// no leader holds the write until it knows one (an election), and
+    /// answers `context deadline exceeded` (Unknown) if none comes within
+    /// the timeout. Writes then wait for the initial revision
+    /// (`initial_gate.rs`) within that timeout.
     pub async fn propose(&self, entry: Entry) -> Result<Applied> {
         self.propose_in_term(entry, 0).await
     }
@@ -259,11 +263,23 @@ impl Node {
     /// Raft term `term`: lease revokes and checkpoints, which a deposed
     /// leader must not decide. `term == 0` checks nothing.
     pub async fn propose_in_term(&self, entry: Entry, term: u64) -> Result<Applied> {
-        if self.status.leader().is_none() {
-            return Err(Error::NoLeader);
-        }
         let deadline = tokio::time::Instant::now() + self.timeout;
+        // As etcd: during an election the write waits for the new leader.
+        if !self.status.wait_for_leader(deadline).await {
+            return Err(Error::NoLeaderInTime);
+        }
         self.gate.pass(&entry, deadline).await?;
+        self.propose_by(entry, term, deadline).await
+    }
+
+    /// Hands `entry` to the Raft loop and waits for this member's result
+    /// of applying it until `deadline`.
+    pub(super) async fn propose_by(
+        &self,
+        entry: Entry,
+        term: u64,
+        deadline: tokio::time::Instant,
+    ) -> Result<Applied> {
         let proposal = self.next_number.fetch_add(1, Ordering::Relaxed);
         let data = entry::encode(self.id, proposal, term, entry);
         let (rx, _pending) = self.waiters.wait(proposal);
@@ -297,12 +313,22 @@ impl Node {
     /// is linearizable: the leader confirms with a quorum that it is still
     /// leader and gives its commit index (ReadIndex, `ReadOnlySafe`), and
     /// this member waits until it has applied that index. A leader cut off
-    /// from the majority never confirms, so the read times out.
+    /// from the majority never confirms, so the read times out. As in
+    /// etcd, a member that knows no leader waits for one, and a read in
+    /// flight when a new leader comes fails with `etcdserver: leader
+    /// changed`.
     pub async fn read_barrier(&self) -> Result<()> {
         let deadline = tokio::time::Instant::now() + self.timeout;
+        // As etcd: a read in flight when this member sees a new leader
+        // fails with `etcdserver: leader changed` (clients retry it); one
+        // sent during an election waits for that.
+        let changes = self.status.leader_changes();
         let index = loop {
-            if self.status.leader().is_none() {
-                return Err(Error::NoLeader);
+            if !self.status.wait_for_leader(deadline).await {
+                return Err(Error::Timeout);
+            }
+            if self.status.leader_changes() != changes {
+                return Err(Error::LeaderChanged);
             }
             let ctx = self.next_number.fetch_add(1, Ordering::Relaxed);
             let (rx, _pending) = self.reads.wait(ctx);
@@ -310,11 +336,15 @@ impl Node {
             // A new leader drops read requests until it has committed an
             // entry of its term: ask again after an election timeout.
             let attempt = (tokio::time::Instant::now() + self.election).min(deadline);
-            match tokio::time::timeout_at(attempt, rx).await {
-                Ok(Ok(index)) => break index,
-                Ok(Err(_)) => return Err(Error::Stopped),
-                Err(_) if attempt >= deadline => return Err(Error::Timeout),
-                Err(_) => {}
+            tokio::select! {
+                biased;
+                answer = tokio::time::timeout_at(attempt, rx) => match answer {
+                    Ok(Ok(index)) => break index,
+                    Ok(Err(_)) => return Err(Error::Stopped),
+                    Err(_) if attempt >= deadline => return Err(Error::Timeout),
+                    Err(_) => {}
+                },
+                () = self.status.new_leader_since(changes) => return Err(Error::LeaderChanged),
             }
         };
         let mut applied = self.applied.subscribe();

@@ -184,6 +184,9 @@ pub(super) struct RaftLoop {
     pub(super) next_tick: Instant,
     pub(super) catchup: CatchUp,
     pub(super) members: Arc<Members>,
+    /// Client proposals taken while no leader was known, with their
+    /// numbers (see [`RaftLoop::propose`]).
+    pub(super) held: Vec<(u64, Vec<u8>)>,
 }
 
 impl RaftLoop {
@@ -216,6 +219,7 @@ impl RaftLoop {
                 self.next_tick = now + self.tick;
             }
         }
+        self.release_held();
         self.on_ready();
         for to in self.peers.take_undelivered() {
             self.catchup.delivered(&mut self.raw, to, false);
@@ -240,13 +244,7 @@ impl RaftLoop {
                     tracing::debug!(error = %e, "raft message dropped");
                 }
             }
-            Input::Propose { proposal, data } => {
-                if self.raw.propose(Vec::new(), data).is_err() {
-                    // No leader to forward to (an election is running), or
-                    // a leadership transfer is under way.
-                    self.waiters.finish(proposal, Err(Error::NoLeader));
-                }
-            }
+            Input::Propose { proposal, data } => self.propose(proposal, data),
             Input::ReadIndex { ctx } => self.raw.read_index(ctx.to_be_bytes().to_vec()),
             Input::TransferLeader(to) => super::transfer::start(&mut self.raw, to),
             Input::SnapshotBuilt { index, term, data } => {
@@ -258,6 +256,33 @@ impl RaftLoop {
             other => members::take(&mut self.raw, &mut self.peers, &self.members, other),
         }
         true
+    }
+
+    /// Proposes a client's entry. Without a known leader (an election is
+    /// running) it is held until there is one, as etcd's Raft node takes
+    /// no proposal then; a refusal with a leader (a leadership transfer
+    /// under way) answers raft's `raft proposal dropped` at once, as etcd.
+    fn propose(&mut self, proposal: u64, data: Vec<u8>) {
+        if self.raw.raft.leader_id == 0 {
+            self.held.push((proposal, data));
+        } else if self.raw.propose(Vec::new(), data).is_err() {
+            self.waiters.finish(proposal, Err(Error::ProposalDropped));
+        }
+    }
+
+    /// Proposes the held proposals once a leader is known; forgets those
+    /// whose request is gone (timed out, its client left), so a member
+    /// without a leader for long holds nothing nobody waits for.
+    fn release_held(&mut self) {
+        if self.held.is_empty() {
+            return;
+        }
+        self.held.retain(|(p, _)| self.waiters.is_waiting(*p));
+        if self.raw.raft.leader_id != 0 {
+            for (proposal, data) in std::mem::take(&mut self.held) {
+                self.propose(proposal, data);
+            }
+        }
     }
 
     /// Handles a `Ready` in raft-rs' order: messages a leader may send at
@@ -313,10 +338,7 @@ impl RaftLoop {
 
     fn publish(&self) {
         let raft = &self.raw.raft;
-        let before = self.status.leader.swap(raft.leader_id, Ordering::Relaxed);
-        if raft.leader_id != 0 && raft.leader_id != before {
-            self.status.leader_changes.fetch_add(1, Ordering::Relaxed);
-        }
+        let before = self.status.set_leader(raft.leader_id);
         if raft.leader_id == raft.id && before != raft.id {
             *self.status.leader_elected.lock() = Some(std::time::Instant::now());
         }

@@ -23,12 +23,61 @@ pub struct RaftStatus {
     /// `etcd_server_leader_changes_seen_total`).
     pub(super) leader_changes: AtomicU64,
     pub(super) log: Arc<LogCounters>,
+    /// Woken when this member comes to know a new leader, for requests
+    /// that wait for one (etcd holds a proposal until its member knows a
+    /// leader, rather than failing it during an election) or fail when one
+    /// comes (etcd's linearizable reads in flight).
+    pub(super) new_leader: tokio::sync::Notify,
 }
 
 impl RaftStatus {
     /// The leader this member knows of, if any.
     pub fn leader(&self) -> Option<u64> {
         Some(self.leader.load(Ordering::Relaxed)).filter(|l| *l != 0)
+    }
+
+    /// Waits until this member knows a leader, or `deadline` passes;
+    /// whether it knows one.
+    pub(super) async fn wait_for_leader(&self, deadline: tokio::time::Instant) -> bool {
+        let known = async {
+            loop {
+                let found = self.new_leader.notified();
+                tokio::pin!(found);
+                // Registered before the check, so a leader published
+                // between the check and the wait still wakes it.
+                found.as_mut().enable();
+                if self.leader().is_some() {
+                    return;
+                }
+                found.await;
+            }
+        };
+        tokio::time::timeout_at(deadline, known).await.is_ok()
+    }
+
+    /// Completes once this member has seen a new leader since
+    /// [`RaftStatus::leader_changes`] was `changes`.
+    pub(super) async fn new_leader_since(&self, changes: u64) {
+        loop {
+            let found = self.new_leader.notified();
+            tokio::pin!(found);
+            found.as_mut().enable();
+            if self.leader_changes() != changes {
+                return;
+            }
+            found.await;
+        }
+    }
+
+    /// Publishes the leader this member knows (0 for none), counting and
+    /// announcing a new one; returns the one it knew before.
+    pub(super) fn set_leader(&self, leader: u64) -> u64 {
+        let before = self.leader.swap(leader, Ordering::Relaxed);
+        if leader != 0 && leader != before {
+            self.leader_changes.fetch_add(1, Ordering::Relaxed);
+            self.new_leader.notify_waiters();
+        }
+        before
     }
 
     /// Whether this member is the leader.
@@ -60,5 +109,58 @@ impl RaftStatus {
     /// The in-memory log's bounds and snapshot counters.
     pub fn log(&self) -> &LogCounters {
         &self.log
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+    use tokio::time::{timeout, Instant};
+
+    #[tokio::test]
+    async fn waiting_for_a_leader_ends_when_one_is_published_or_at_the_deadline() {
+        let status = Arc::new(RaftStatus::default());
+        let soon = Instant::now() + Duration::from_millis(50);
+        assert!(!status.wait_for_leader(soon).await, "no leader yet");
+
+        let publisher = status.clone();
+        let publish = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            publisher.set_leader(0);
+            publisher.set_leader(7);
+        });
+        let later = Instant::now() + Duration::from_secs(10);
+        assert!(status.wait_for_leader(later).await);
+        publish.await.unwrap();
+        assert!(
+            status.wait_for_leader(Instant::now()).await,
+            "known already"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_new_leader_is_seen_but_losing_one_or_the_same_again_is_not() {
+        let status = RaftStatus::default();
+        assert_eq!(status.set_leader(7), 0);
+        let changes = status.leader_changes();
+        assert_eq!(changes, 1);
+        let quick = Duration::from_millis(30);
+        assert_eq!(status.set_leader(7), 7);
+        assert_eq!(status.set_leader(0), 7);
+        assert!(timeout(quick, status.new_leader_since(changes))
+            .await
+            .is_err());
+        // Back to the same leader after none: counted, as etcd counts it.
+        status.set_leader(7);
+        assert!(timeout(quick, status.new_leader_since(changes))
+            .await
+            .is_ok());
+        let changes = status.leader_changes();
+        status.set_leader(9);
+        assert!(timeout(quick, status.new_leader_since(changes))
+            .await
+            .is_ok());
+        assert_eq!(status.leader_changes(), 3);
     }
 }

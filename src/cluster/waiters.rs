@@ -35,6 +35,11 @@ impl<T> Waiters<T> {
         )
     }
 
+    /// Whether a request still waits under `number`.
+    pub(super) fn is_waiting(&self, number: u64) -> bool {
+        self.0.lock().contains_key(&number)
+    }
+
     pub(super) fn finish(&self, number: u64, answer: T) {
         if let Some(w) = self.0.lock().remove(&number) {
             let _ = w.send(answer);

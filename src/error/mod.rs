@@ -82,11 +82,21 @@ pub enum Error {
     TooManyRequests,
     /// The server is shutting down and accepts no more writes.
     Stopped,
-    /// Cluster mode: this member knows no leader, so a write cannot be
-    /// proposed.
+    /// Cluster mode: this member knows no leader (a `hasleader` request or
+    /// stream, a lease call that found no leader within the request
+    /// timeout).
     NoLeader,
+    /// Cluster mode: a write that found no leader to propose it to within
+    /// the request timeout. etcd holds such a proposal on the request's Go
+    /// context, and answers that context's error text with code Unknown.
+    NoLeaderInTime,
+    /// Cluster mode: a write the leader refused to take into its log
+    /// (leadership is being handed over): raft's error, which etcd passes
+    /// through with code Unknown.
+    ProposalDropped,
     /// A lease revoke or checkpoint proposed in an earlier term than the
     /// one that committed it (a deposed leader's): refused on every member.
+    /// Also a linearizable read in flight when a new leader came.
     LeaderChanged,
     /// Cluster mode: a proposed write was not applied within the request
     /// timeout (a leader change may have lost it; it is never proposed
@@ -156,7 +166,9 @@ impl Error {
             | Error::RequestTooLarge => Code::InvalidArgument,
             Error::Compacted | Error::FutureRev | Error::LeaseTtlTooLarge => Code::OutOfRange,
             Error::LeaseNotFound | Error::MemberNotFound => Code::NotFound,
-            Error::MemberNotEnoughStarted => Code::Unknown,
+            Error::MemberNotEnoughStarted | Error::NoLeaderInTime | Error::ProposalDropped => {
+                Code::Unknown
+            }
             Error::MemberExist
             | Error::PeerUrlExist
             | Error::MemberNotLearner
@@ -198,6 +210,8 @@ impl Error {
             Error::RequestTooLarge => "etcdserver: request is too large",
             Error::Stopped => "etcdserver: server stopped",
             Error::NoLeader => "etcdserver: no leader",
+            Error::NoLeaderInTime => "context deadline exceeded",
+            Error::ProposalDropped => "raft proposal dropped",
             Error::LeaderChanged => "etcdserver: leader changed",
             Error::Timeout => "etcdserver: request timed out",
             Error::TimeoutDueToLeaderFail => {
@@ -353,6 +367,16 @@ mod tests {
                 "etcdserver: server stopped",
             ),
             (Error::NoLeader, Code::Unavailable, "etcdserver: no leader"),
+            (
+                Error::NoLeaderInTime,
+                Code::Unknown,
+                "context deadline exceeded",
+            ),
+            (
+                Error::ProposalDropped,
+                Code::Unknown,
+                "raft proposal dropped",
+            ),
             (
                 Error::LeaderChanged,
                 Code::Unavailable,

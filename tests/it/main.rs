@@ -17,6 +17,7 @@ mod cluster_data_dir;
 mod cluster_force;
 mod cluster_initial;
 mod cluster_leader;
+mod cluster_leaderless;
 mod cluster_learner;
 mod cluster_limits;
 mod cluster_members;

@@ -1,0 +1,322 @@
+//! Requests through a member that knows no leader, compared with a
+//! three-member stock etcd in the same scenario: the other two members are
+//! stopped (SIGSTOP), so the one left has no leader.
+//!
+//! * While an election may still bring a leader, etcd holds writes and
+//!   linearizable reads. Once one of the stopped members resumes and a
+//!   leader is elected, the write goes ahead and the read fails with
+//!   `etcdserver: leader changed`, as every read in flight at a leader
+//!   change does.
+//! * When none comes within the request timeout, each call gets etcd's own
+//!   answer: `context deadline exceeded` (Unknown) for what is proposed
+//!   through Raft, `etcdserver: request timed out` for a linearizable read,
+//!   `etcdserver: no leader` for lease calls forwarded to the leader.
+
+use std::time::{Duration, Instant};
+
+use ephd::proto::etcdserverpb::{
+    compare, kv_client::KvClient, lease_client::LeaseClient, maintenance_client::MaintenanceClient,
+    request_op, CompactionRequest, Compare, DeleteRangeRequest, LeaseGrantRequest,
+    LeaseKeepAliveRequest, LeaseRevokeRequest, LeaseTimeToLiveRequest, PutRequest, RangeRequest,
+    RequestOp, StatusRequest, TxnRequest,
+};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::etcd_cluster::StockEtcdCluster;
+use crate::harness::{EphdCluster, Server};
+
+/// The same timing for both (ephd's `--revision-continuity=false` aside).
+const TIMING: &[&str] = &["--heartbeat-interval=50", "--election-timeout=500"];
+
+/// etcd's request timeout with `TIMING`: 5 s plus two election timeouts.
+const REQUEST_TIMEOUT: Duration = Duration::from_millis(6_000);
+
+const SETTLE: Duration = Duration::from_secs(20);
+
+/// A channel that waits longer than the server's request timeout.
+async fn patient(endpoint: &str) -> Channel {
+    Endpoint::from_shared(endpoint.to_string())
+        .unwrap()
+        .timeout(REQUEST_TIMEOUT * 3)
+        .connect()
+        .await
+        .unwrap()
+}
+
+/// The leader `endpoint`'s member knows (0 for none), if it answers.
+async fn leader_seen_by(endpoint: &str) -> Option<u64> {
+    let mut m = MaintenanceClient::new(patient(endpoint).await);
+    let s = m.status(StatusRequest {}).await.ok()?.into_inner();
+    Some(s.leader)
+}
+
+/// The index of a member that follows the leader every member names.
+async fn a_follower(endpoints: &[String]) -> usize {
+    let deadline = Instant::now() + SETTLE;
+    loop {
+        let mut seen = Vec::new();
+        let mut ids = Vec::new();
+        for e in endpoints {
+            let mut m = MaintenanceClient::new(patient(e).await);
+            let s = m
+                .status(StatusRequest {})
+                .await
+                .ok()
+                .map(|s| s.into_inner());
+            seen.push(s.as_ref().map(|s| s.leader));
+            ids.push(s.map(|s| s.header.unwrap().member_id));
+        }
+        let agreed = seen[0].filter(|l| *l != 0 && seen.iter().all(|s| *s == seen[0]));
+        if let Some(leader) = agreed {
+            return ids.iter().position(|id| *id != Some(leader)).unwrap();
+        }
+        assert!(Instant::now() < deadline, "no agreed leader: {seen:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn signal(pid: u32, sig: i32) {
+    // SAFETY: kill(2) on a child process this test started.
+    assert_eq!(unsafe { libc::kill(pid as i32, sig) }, 0);
+}
+
+/// Waits until the member at `endpoint` knows no leader.
+async fn until_leaderless(endpoint: &str) {
+    let deadline = Instant::now() + SETTLE;
+    while leader_seen_by(endpoint).await != Some(0) {
+        assert!(Instant::now() < deadline, "{endpoint} still has a leader");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn put_req(key: &str) -> PutRequest {
+    PutRequest {
+        key: key.as_bytes().to_vec().into(),
+        value: b"v".to_vec().into(),
+        ..Default::default()
+    }
+}
+
+fn get_req(key: &str) -> RangeRequest {
+    RangeRequest {
+        key: key.as_bytes().to_vec().into(),
+        ..Default::default()
+    }
+}
+
+/// A call's answer: "ok", or its code and message.
+type Answer = String;
+
+fn answer<T>(r: Result<T, tonic::Status>) -> Answer {
+    match r {
+        Ok(_) => "ok".to_string(),
+        Err(s) => format!("{:?}: {}", s.code(), s.message()),
+    }
+}
+
+/// Every kind of call, each at once through `endpoint`, with a lease and
+/// a revision to use; each call's name, answer and how long it took.
+async fn every_call(endpoint: &str, lease: i64, rev: i64) -> Vec<(&'static str, Answer, Duration)> {
+    let channel = patient(endpoint).await;
+    let started = Instant::now();
+    let kv = KvClient::new(channel.clone());
+    let leases = LeaseClient::new(channel);
+    let mut calls: Vec<(&'static str, tokio::task::JoinHandle<Answer>)> = Vec::new();
+    let mut c = kv.clone();
+    calls.push((
+        "put",
+        tokio::spawn(async move { answer(c.put(put_req("p")).await) }),
+    ));
+    let mut c = kv.clone();
+    let txn = TxnRequest {
+        compare: vec![Compare {
+            key: b"k".to_vec().into(),
+            target: compare::CompareTarget::Version as i32,
+            result: compare::CompareResult::Greater as i32,
+            target_union: Some(compare::TargetUnion::Version(0)),
+            ..Default::default()
+        }],
+        success: vec![RequestOp {
+            request: Some(request_op::Request::RequestPut(put_req("t"))),
+        }],
+        ..Default::default()
+    };
+    calls.push(("txn", tokio::spawn(async move { answer(c.txn(txn).await) })));
+    let mut c = kv.clone();
+    let del = DeleteRangeRequest {
+        key: b"k".to_vec().into(),
+        ..Default::default()
+    };
+    calls.push((
+        "delete",
+        tokio::spawn(async move { answer(c.delete_range(del).await) }),
+    ));
+    let mut c = kv.clone();
+    let compact = CompactionRequest {
+        revision: rev,
+        ..Default::default()
+    };
+    calls.push((
+        "compact",
+        tokio::spawn(async move { answer(c.compact(compact).await) }),
+    ));
+    let mut c = kv.clone();
+    calls.push((
+        "linearizable range",
+        tokio::spawn(async move { answer(c.range(get_req("k")).await) }),
+    ));
+    let mut c = leases.clone();
+    let grant = LeaseGrantRequest { ttl: 60, id: 0 };
+    calls.push((
+        "lease grant",
+        tokio::spawn(async move { answer(c.lease_grant(grant).await) }),
+    ));
+    let mut c = leases.clone();
+    let revoke = LeaseRevokeRequest { id: lease };
+    calls.push((
+        "lease revoke",
+        tokio::spawn(async move { answer(c.lease_revoke(revoke).await) }),
+    ));
+    let mut c = leases.clone();
+    let ttl = LeaseTimeToLiveRequest {
+        id: lease,
+        keys: false,
+    };
+    calls.push((
+        "lease time-to-live",
+        tokio::spawn(async move { answer(c.lease_time_to_live(ttl).await) }),
+    ));
+    let mut c = leases.clone();
+    calls.push((
+        "lease keep-alive",
+        tokio::spawn(async move {
+            let (tx, rx) = mpsc::channel(1);
+            tx.send(LeaseKeepAliveRequest { id: lease }).await.unwrap();
+            let stream = c.lease_keep_alive(ReceiverStream::new(rx)).await;
+            let r = match stream {
+                Ok(s) => s.into_inner().message().await,
+                Err(e) => Err(e),
+            };
+            drop(tx);
+            match r {
+                Ok(Some(_)) => "ok".to_string(),
+                Ok(None) => "stream ended".to_string(),
+                Err(s) => answer::<()>(Err(s)),
+            }
+        }),
+    ));
+    let mut answers = Vec::new();
+    for (name, call) in calls {
+        let a = call.await.unwrap();
+        answers.push((name, a, started.elapsed()));
+    }
+    answers
+}
+
+/// What a scenario saw: the answers with no leader to come, and those of
+/// a write and a read sent before a leader came.
+#[derive(Debug, PartialEq)]
+struct Seen {
+    leaderless: Vec<(&'static str, Answer)>,
+    during_election: Vec<Answer>,
+}
+
+async fn scenario(endpoints: &[String], pids: &[u32]) -> Seen {
+    let alone = a_follower(endpoints).await;
+    let others: Vec<u32> = (0..pids.len())
+        .filter(|i| *i != alone)
+        .map(|i| pids[i])
+        .collect();
+    let endpoint = &endpoints[alone];
+    let mut kv = KvClient::new(patient(endpoint).await);
+    let rev = kv.put(put_req("k")).await.unwrap().into_inner();
+    let rev = rev.header.unwrap().revision;
+    let mut leases = LeaseClient::new(patient(endpoint).await);
+    let lease = leases
+        .lease_grant(LeaseGrantRequest { ttl: 600, id: 0 })
+        .await
+        .unwrap()
+        .into_inner()
+        .id;
+
+    // No leader comes: every call waits out the request timeout.
+    for pid in &others {
+        signal(*pid, libc::SIGSTOP);
+    }
+    until_leaderless(endpoint).await;
+    let answers = every_call(endpoint, lease, rev).await;
+    for (name, a, took) in &answers {
+        assert!(
+            *took >= REQUEST_TIMEOUT - Duration::from_millis(200),
+            "{name} answered {a} after {took:?}, before the request timeout"
+        );
+    }
+    let leaderless = answers.into_iter().map(|(n, a, _)| (n, a)).collect();
+
+    // A leader comes while a write and a read wait.
+    let mut w = KvClient::new(patient(endpoint).await);
+    let write = tokio::spawn(async move { answer(w.put(put_req("w")).await) });
+    let mut r = KvClient::new(patient(endpoint).await);
+    let read = tokio::spawn(async move { answer(r.range(get_req("k")).await) });
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    signal(others[0], libc::SIGCONT);
+    let during_election = vec![write.await.unwrap(), read.await.unwrap()];
+    signal(others[1], libc::SIGCONT);
+    Seen {
+        leaderless,
+        during_election,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_without_a_leader_waits_for_one_and_answers_as_stock_etcd() {
+    let stock = StockEtcdCluster::start(3, TIMING);
+    let endpoints: Vec<String> = stock.running().iter().map(|(_, m)| m.endpoint()).collect();
+    let pids: Vec<u32> = stock.running().iter().map(|(_, m)| m.pid()).collect();
+    let etcd = scenario(&endpoints, &pids).await;
+    drop(stock);
+
+    let mut args = TIMING.to_vec();
+    args.push("--revision-continuity=false");
+    let cluster = EphdCluster::start(3, &args);
+    let endpoints: Vec<String> = cluster
+        .running()
+        .iter()
+        .map(|(_, m)| m.endpoint())
+        .collect();
+    let pids: Vec<u32> = cluster.running().iter().map(|(_, m)| m.pid()).collect();
+    let ephd = scenario(&endpoints, &pids).await;
+
+    // What etcd 3.4 answers, so a change in the reference shows too.
+    let deadline = "Unknown: context deadline exceeded".to_string();
+    let expected = Seen {
+        leaderless: vec![
+            ("put", deadline.clone()),
+            ("txn", deadline.clone()),
+            ("delete", deadline.clone()),
+            ("compact", deadline.clone()),
+            (
+                "linearizable range",
+                "Unavailable: etcdserver: request timed out".to_string(),
+            ),
+            ("lease grant", deadline.clone()),
+            ("lease revoke", deadline),
+            (
+                "lease time-to-live",
+                "Unavailable: etcdserver: no leader".to_string(),
+            ),
+            (
+                "lease keep-alive",
+                "Unavailable: etcdserver: no leader".to_string(),
+            ),
+        ],
+        during_election: vec![
+            "ok".to_string(),
+            "Unavailable: etcdserver: leader changed".to_string(),
+        ],
+    };
+    assert_eq!(etcd, expected, "stock etcd");
+    assert_eq!(ephd, etcd, "ephd against stock etcd");
+}
