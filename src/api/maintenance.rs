@@ -142,11 +142,12 @@ impl Maintenance for MaintenanceService {
         r: Request<pb::MoveLeaderRequest>,
     ) -> Result<Response<pb::MoveLeaderResponse>, Status> {
         super::authz::require_root(&self.0, &r).await?;
+        let waits = super::deadline::client_timeout(r.metadata());
         let target = r.into_inner().target_id;
         match self.0.proposer.node() {
             // A single member leads already: only itself is a transferee.
             None => crate::cluster::leadership::move_leader_single(self.0.info.member_id, target)?,
-            Some(n) => crate::cluster::leadership::move_leader(n, target).await?,
+            Some(n) => crate::cluster::leadership::move_leader(n, target, waits).await?,
         }
         // etcd 3.4 answers with an empty response (no header).
         Ok(Response::new(pb::MoveLeaderResponse::default()))

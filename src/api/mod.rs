@@ -7,6 +7,7 @@ mod auth;
 mod authz;
 mod cluster;
 mod convert;
+mod deadline;
 mod election;
 mod kv;
 mod lease;

@@ -7,7 +7,11 @@
 //!   member that is not the leader, `etcdserver: bad leader transferee` for
 //!   an ID that is not a voting member, success at once for the current
 //!   leader, and `etcdserver: request timed out, leader transfer took too
-//!   long` when the target has not taken over within the request timeout.
+//!   long` (code Unknown: etcd 3.4's gRPC error table lacks it) when the
+//!   target has not taken over in time. etcd waits as long as the client
+//!   does (its deadline); ephd does too, and waits the request timeout for
+//!   a client that sent none (etcd would wait until the transfer happens,
+//!   which for a stopped target is never), at most [`MOVE_LEADER_LIMIT`].
 //! * On SIGTERM a leader hands leadership to its most caught-up peer before
 //!   it stops serving (etcd picks its longest-connected peer), so the others
 //!   need not wait an election timeout to notice it is gone.
@@ -56,13 +60,21 @@ fn bad_transferee() -> Status {
 /// etcd's answer when the target did not take over in time.
 fn transfer_timeout() -> Status {
     Status::new(
-        Code::Unavailable,
+        Code::Unknown,
         "etcdserver: request timed out, leader transfer took too long",
     )
 }
 
-/// Maintenance.MoveLeader on a cluster member (see the module docs).
-pub async fn move_leader(node: &Node, target: u64) -> Result<(), Status> {
+/// How much earlier than the client's deadline MoveLeader answers.
+const DEADLINE_MARGIN: Duration = Duration::from_millis(50);
+
+/// The longest MoveLeader waits for the new leader, whatever deadline the
+/// client sent.
+pub const MOVE_LEADER_LIMIT: Duration = Duration::from_secs(3600);
+
+/// Maintenance.MoveLeader on a cluster member (see the module docs);
+/// `waits` is how long the client waits, if it said.
+pub async fn move_leader(node: &Node, target: u64, waits: Option<Duration>) -> Result<(), Status> {
     let status = node.status();
     if !status.is_leader() {
         return Err(not_leader());
@@ -76,7 +88,14 @@ pub async fn move_leader(node: &Node, target: u64) -> Result<(), Status> {
     }
     node.send(Input::TransferLeader(Some(target)))
         .map_err(crate::grpc_status::status)?;
-    if wait_for_leader(node, |l| l == target, node.request_timeout()).await {
+    // Answered a little before the client's deadline, so that the client
+    // gets this answer rather than its own timeout (etcd's Go timers win
+    // that race; a poll every TRANSFER_POLL could lose it).
+    let waits = waits
+        .map(|w| w.saturating_sub(DEADLINE_MARGIN))
+        .unwrap_or(node.request_timeout())
+        .min(MOVE_LEADER_LIMIT);
+    if wait_for_leader(node, |l| l == target, waits).await {
         Ok(())
     } else {
         Err(transfer_timeout())

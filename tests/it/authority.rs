@@ -12,7 +12,7 @@
 //!   `te` other than `trailers`): an RST_STREAM PROTOCOL_ERROR for the
 //!   client, and the reason in ephd's log under the filter README gives.
 
-mod raw_h2;
+pub(crate) mod raw_h2;
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -42,7 +42,7 @@ fn authorities(port: u16) -> Vec<String> {
 }
 
 /// `:authority` plus the fields a gRPC client sends, in a gRPC client's order.
-fn grpc_fields<'a>(path: &'a str, authority: &'a str) -> Vec<(&'a str, &'a str)> {
+pub(crate) fn grpc_fields<'a>(path: &'a str, authority: &'a str) -> Vec<(&'a str, &'a str)> {
     vec![
         (":method", "POST"),
         (":scheme", "http"),
@@ -54,14 +54,14 @@ fn grpc_fields<'a>(path: &'a str, authority: &'a str) -> Vec<(&'a str, &'a str)>
 }
 
 /// A gRPC length-prefixed message: not compressed, 4-byte length, bytes.
-fn grpc_message(message: &[u8]) -> Vec<u8> {
+pub(crate) fn grpc_message(message: &[u8]) -> Vec<u8> {
     let mut out = vec![0];
     out.extend_from_slice(&(message.len() as u32).to_be_bytes());
     out.extend_from_slice(message);
     out
 }
 
-fn field<'a>(fields: &'a [raw_h2::Field], name: &str) -> Option<&'a str> {
+pub(crate) fn field<'a>(fields: &'a [raw_h2::Field], name: &str) -> Option<&'a str> {
     fields
         .iter()
         .find(|(n, _)| n == name)

@@ -11,19 +11,28 @@
 //!   answer: `context deadline exceeded` (Unknown) for what is proposed
 //!   through Raft, `etcdserver: request timed out` for a linearizable read,
 //!   `etcdserver: no leader` for lease calls forwarded to the leader.
+//!
+//! A leader handing leadership to a member that does not take it (stopped)
+//! refuses writes with raft's `raft proposal dropped` until it gives the
+//! transfer up, an election timeout later, as etcd's does; MoveLeader waits
+//! for the new leader as long as the client does, then answers `leader
+//! transfer took too long` with code Unknown.
 
 use std::time::{Duration, Instant};
 
 use ephd::proto::etcdserverpb::{
     compare, kv_client::KvClient, lease_client::LeaseClient, maintenance_client::MaintenanceClient,
     request_op, CompactionRequest, Compare, DeleteRangeRequest, LeaseGrantRequest,
-    LeaseKeepAliveRequest, LeaseRevokeRequest, LeaseTimeToLiveRequest, PutRequest, RangeRequest,
-    RequestOp, StatusRequest, TxnRequest,
+    LeaseKeepAliveRequest, LeaseRevokeRequest, LeaseTimeToLiveRequest, MoveLeaderRequest,
+    PutRequest, RangeRequest, RequestOp, StatusRequest, TxnRequest,
 };
+use prost::Message;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{Channel, Endpoint};
 
+use crate::authority::raw_h2::{self, Outcome};
+use crate::authority::{field, grpc_fields, grpc_message};
 use crate::etcd_cluster::StockEtcdCluster;
 use crate::harness::{EphdCluster, Server};
 
@@ -34,6 +43,12 @@ const TIMING: &[&str] = &["--heartbeat-interval=50", "--election-timeout=500"];
 const REQUEST_TIMEOUT: Duration = Duration::from_millis(6_000);
 
 const SETTLE: Duration = Duration::from_secs(20);
+
+const MOVE_LEADER: &str = "/etcdserverpb.Maintenance/MoveLeader";
+
+/// The deadline of a MoveLeader call that cannot succeed: past the request
+/// timeout, which does not bound MoveLeader in etcd.
+const MOVE_DEADLINE: Duration = Duration::from_secs(8);
 
 /// A channel that waits longer than the server's request timeout.
 async fn patient(endpoint: &str) -> Channel {
@@ -54,6 +69,12 @@ async fn leader_seen_by(endpoint: &str) -> Option<u64> {
 
 /// The index of a member that follows the leader every member names.
 async fn a_follower(endpoints: &[String]) -> usize {
+    agreed(endpoints).await.1
+}
+
+/// The index of the leader every member names, of a member that follows
+/// it, and every member's ID.
+async fn agreed(endpoints: &[String]) -> (usize, usize, Vec<u64>) {
     let deadline = Instant::now() + SETTLE;
     loop {
         let mut seen = Vec::new();
@@ -70,7 +91,9 @@ async fn a_follower(endpoints: &[String]) -> usize {
         }
         let agreed = seen[0].filter(|l| *l != 0 && seen.iter().all(|s| *s == seen[0]));
         if let Some(leader) = agreed {
-            return ids.iter().position(|id| *id != Some(leader)).unwrap();
+            let at = ids.iter().position(|id| *id == Some(leader)).unwrap();
+            let follower = ids.iter().position(|id| *id != Some(leader)).unwrap();
+            return (at, follower, ids.into_iter().map(Option::unwrap).collect());
         }
         assert!(Instant::now() < deadline, "no agreed leader: {seen:?}");
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -317,6 +340,99 @@ async fn a_member_without_a_leader_waits_for_one_and_answers_as_stock_etcd() {
             "Unavailable: etcdserver: leader changed".to_string(),
         ],
     };
+    assert_eq!(etcd, expected, "stock etcd");
+    assert_eq!(ephd, etcd, "ephd against stock etcd");
+}
+
+/// A `grpc-message` as text: servers percent-encode what they choose to
+/// (tonic also spaces, grpc-go not).
+fn percent_decoded(s: &str) -> String {
+    let mut out = Vec::new();
+    let mut bytes = s.bytes();
+    while let Some(b) = bytes.next() {
+        if b == b'%' {
+            let hex: String = bytes.by_ref().take(2).map(char::from).collect();
+            out.push(u8::from_str_radix(&hex, 16).expect("percent-encoded byte"));
+        } else {
+            out.push(b);
+        }
+    }
+    String::from_utf8(out).expect("UTF-8 message")
+}
+
+/// MoveLeader to a stopped follower: puts on the leader while it waits for
+/// the transfer, until one is refused (or 3 s pass); the refusal and
+/// MoveLeader's answer at the client's deadline.
+async fn transfer_to_a_stopped_member(endpoints: &[String], pids: &[u32]) -> (Answer, Answer) {
+    let (li, fi, ids) = agreed(endpoints).await;
+    let leader = &endpoints[li];
+    signal(pids[fi], libc::SIGSTOP);
+    let addr: std::net::SocketAddr = leader.trim_start_matches("http://").parse().unwrap();
+    let target = ids[fi];
+    let moving = tokio::task::spawn_blocking(move || {
+        // By hand, so that the deadline goes to the server only: tonic's
+        // client would also run a timer of its own that races the answer.
+        let authority = addr.to_string();
+        let mut fields = grpc_fields(MOVE_LEADER, &authority);
+        let deadline = format!("{}m", MOVE_DEADLINE.as_millis());
+        fields.push(("grpc-timeout", &deadline));
+        let body = grpc_message(&MoveLeaderRequest { target_id: target }.encode_to_vec());
+        let started = Instant::now();
+        (raw_h2::exchange(addr, &fields, &body), started.elapsed())
+    });
+    let mut kv = KvClient::new(patient(leader).await);
+    let started = Instant::now();
+    let refused = loop {
+        let a = answer(kv.put(put_req("during-transfer")).await);
+        if a != "ok" || started.elapsed() > Duration::from_secs(3) {
+            break a;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let (moved, took) = moving.await.unwrap();
+    signal(pids[fi], libc::SIGCONT);
+    let moved = match moved {
+        Outcome::Answered { trailers, .. } => {
+            let code = field(&trailers, "grpc-status").unwrap_or("none");
+            let code = tonic::Code::from_i32(code.parse().unwrap_or(-1));
+            let message = percent_decoded(field(&trailers, "grpc-message").unwrap_or(""));
+            format!("{code:?}: {message}")
+        }
+        other => format!("{other:?}"),
+    };
+    // etcd waits for the transfer as long as the client does.
+    assert!(
+        took >= MOVE_DEADLINE - Duration::from_millis(200),
+        "MoveLeader answered {moved:?} after {took:?}, before the client's deadline"
+    );
+    (refused, moved)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_handing_over_to_a_stopped_member_refuses_writes_as_stock_etcd() {
+    // A longer election timeout: raft gives the transfer up after one.
+    let timing = ["--heartbeat-interval=100", "--election-timeout=1000"];
+    let stock = StockEtcdCluster::start(3, &timing);
+    let endpoints: Vec<String> = stock.running().iter().map(|(_, m)| m.endpoint()).collect();
+    let pids: Vec<u32> = stock.running().iter().map(|(_, m)| m.pid()).collect();
+    let etcd = transfer_to_a_stopped_member(&endpoints, &pids).await;
+    drop(stock);
+
+    let mut args = timing.to_vec();
+    args.push("--revision-continuity=false");
+    let cluster = EphdCluster::start(3, &args);
+    let endpoints: Vec<String> = cluster
+        .running()
+        .iter()
+        .map(|(_, m)| m.endpoint())
+        .collect();
+    let pids: Vec<u32> = cluster.running().iter().map(|(_, m)| m.pid()).collect();
+    let ephd = transfer_to_a_stopped_member(&endpoints, &pids).await;
+
+    let expected = (
+        "Unknown: raft proposal dropped".to_string(),
+        "Unknown: etcdserver: request timed out, leader transfer took too long".to_string(),
+    );
     assert_eq!(etcd, expected, "stock etcd");
     assert_eq!(ephd, etcd, "ephd against stock etcd");
 }
