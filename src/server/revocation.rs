@@ -29,8 +29,11 @@
 //!   the root can revoke an intermediate), as etcd checks every certificate
 //!   the client sent.
 
+use parking_lot::Mutex;
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 use tokio_rustls::rustls::client::danger::HandshakeSignatureValid;
 use tokio_rustls::rustls::pki_types::{
     pem::PemObject, CertificateDer, CertificateRevocationListDer, UnixTime,
@@ -109,20 +112,71 @@ fn why(e: &webpki::Error) -> String {
     }
 }
 
+/// How often the refusal of one certificate is logged while it keeps
+/// trying: a revoked member redials many times a second, and one line a
+/// minute (with the count since) says as much as thousands.
+const REPEAT_REFUSAL: Duration = Duration::from_secs(60);
+
 /// rustls' client certificate verifier, logging the certificates it
 /// refuses because a revocation list names them (etcd logs each such
-/// refusal too); otherwise exactly the verifier it wraps.
+/// refusal too, ephd once a minute per certificate); otherwise exactly
+/// the verifier it wraps.
 #[derive(Debug)]
 pub(super) struct LogRevoked {
     inner: Arc<dyn ClientCertVerifier>,
     /// The flag of the lists, for the log line.
     flag: &'static str,
+    /// Per refused serial: when it was last logged, and refusals not
+    /// logged since (the next line reports them as `repeated`).
+    logged: Mutex<HashMap<String, (Instant, u64)>>,
 }
 
 impl LogRevoked {
     /// Wraps `inner`, whose lists came from `flag`.
     pub(super) fn wrap(inner: Arc<dyn ClientCertVerifier>, flag: &'static str) -> Arc<Self> {
-        Arc::new(LogRevoked { inner, flag })
+        Arc::new(LogRevoked {
+            inner,
+            flag,
+            logged: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Logs the refusal of `cert`, unless it was logged less than
+    /// [`REPEAT_REFUSAL`] ago.
+    fn refused(&self, cert: &CertificateDer<'_>) {
+        let (subject, serial) = match crate::x509::summarize(cert) {
+            Some(s) => (s.subject, s.serial),
+            None => ("(unreadable)".to_string(), "(unreadable)".to_string()),
+        };
+        let now = Instant::now();
+        let repeated = {
+            let mut logged = self.logged.lock();
+            // Certificates that stopped trying are forgotten, so the map
+            // stays as small as the set of revoked certificates in use.
+            logged.retain(|_, (at, _)| now.duration_since(*at) < 2 * REPEAT_REFUSAL);
+            match logged.get_mut(&serial) {
+                Some((at, since)) if now.duration_since(*at) < REPEAT_REFUSAL => {
+                    *since += 1;
+                    return;
+                }
+                Some((at, since)) => {
+                    *at = now;
+                    std::mem::take(since)
+                }
+                None => {
+                    logged.insert(serial.clone(), (now, 0));
+                    0
+                }
+            }
+        };
+        tracing::warn!(
+            subject,
+            serial,
+            crl = self.flag,
+            repeated,
+            "rejected connection: its certificate (or one it chains through) is revoked; \
+             further refusals of it are logged once a minute"
+        );
     }
 }
 
@@ -149,16 +203,7 @@ impl ClientCertVerifier for LogRevoked {
             .inner
             .verify_client_cert(end_entity, intermediates, now);
         if let Err(Error::InvalidCertificate(CertificateError::Revoked)) = &verified {
-            let (subject, serial) = match crate::x509::summarize(end_entity) {
-                Some(s) => (s.subject, s.serial),
-                None => ("(unreadable)".to_string(), "(unreadable)".to_string()),
-            };
-            tracing::warn!(
-                subject,
-                serial,
-                crl = self.flag,
-                "rejected connection: its certificate (or one it chains through) is revoked"
-            );
+            self.refused(end_entity);
         }
         verified
     }

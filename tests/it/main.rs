@@ -31,6 +31,7 @@ mod cluster_timeouts;
 mod cluster_tls;
 mod concurrency;
 mod config;
+mod crl;
 mod deploy_cluster;
 mod differential;
 mod election;
