@@ -28,6 +28,13 @@
 //! * Intermediate certificates the client sends are checked too (a list of
 //!   the root can revoke an intermediate), as etcd checks every certificate
 //!   the client sent.
+//! * On the peer listener the refusal is the same, but its effect is not:
+//!   etcd's Raft transport also carries a member's messages over
+//!   connections the others dialled to it, so a member whose certificate
+//!   is revoked still takes full part in etcd 3.4 (it was even elected
+//!   leader when tried by hand). ephd's members send only on connections
+//!   they dial, so a revoked member's messages never arrive and the others
+//!   go on without it (CLUSTER.md, "Peer transport").
 
 use parking_lot::Mutex;
 use std::collections::HashMap;

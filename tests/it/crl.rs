@@ -6,7 +6,8 @@
 //!
 //! Stock etcd 3.4, given the same certificates and lists, refuses and
 //! serves the same clients (checked by hand; `server/revocation.rs` says
-//! where the two differ: when the list is read, and what a bad file does).
+//! where the two differ: when the list is read, what a bad file does, and
+//! that etcd's transport lets a revoked member take part anyway).
 
 use crate::cluster::{agreed_leader, linearizable_get, put, same_everywhere, TIMING};
 use crate::harness::{free_port, EphdCluster, Server, ServerProcess};
