@@ -229,12 +229,22 @@ pub struct Config {
     #[arg(long, env = "EPHD_TRUSTED_CA_FILE")]
     pub trusted_ca_file: Option<PathBuf>,
 
+    /// Certificate revocation lists (PEM, one or more; or one DER list),
+    /// as etcd's flag: a client presenting a certificate they revoke is
+    /// refused at the TLS handshake. Read again with the certificates
+    /// (`--tls-reload-interval`, SIGHUP), so a newly revoked certificate is
+    /// refused without a restart. Needs `--trusted-ca-file`: without it no
+    /// client certificate is asked for, so there is nothing to check (etcd
+    /// ignores the flag then; ephd warns).
+    #[arg(long, env = "EPHD_CLIENT_CRL_FILE")]
+    pub client_crl_file: Option<PathBuf>,
+
     /// Require a client certificate signed by `--trusted-ca-file`.
     #[arg(long, env = "EPHD_CLIENT_CERT_AUTH", default_value_t = false, action = clap::ArgAction::Set, value_parser = parse_bool, num_args = 0..=1, default_missing_value = "true")]
     pub client_cert_auth: bool,
 
-    /// How often the files of `--cert-file`, `--key-file` and
-    /// `--trusted-ca-file` are read to see whether they changed; changed
+    /// How often the files of `--cert-file`, `--key-file`,
+    /// `--trusted-ca-file` and `--client-crl-file` are read to see whether they changed; changed
     /// files that load (a certificate and its matching key) are used for new
     /// connections, established ones keep going. Certificates rotate without
     /// a restart, as cert-manager and Kubernetes secret volumes expect. SIGHUP

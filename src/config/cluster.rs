@@ -98,6 +98,10 @@ pub struct PeerTls {
     /// `--peer-cert-allowed-cn` or `--peer-cert-allowed-hostname`: what a
     /// connecting member's certificate must also name.
     pub allowed: Option<PeerAllowed>,
+    /// `--peer-crl-file`: revocation lists; a connecting member whose
+    /// certificate they revoke is refused (etcd checks them on its peer
+    /// listener only, as ephd does; the dialling side does not).
+    pub crl: Option<PathBuf>,
 }
 
 /// A further condition on the certificate a member connecting to the peer
@@ -206,6 +210,7 @@ pub(super) struct Flags<'a> {
     pub peer_client_cert_auth: Option<&'a str>,
     pub peer_cert_allowed_cn: Option<&'a str>,
     pub peer_cert_allowed_hostname: Option<&'a str>,
+    pub peer_crl_file: Option<&'a str>,
 }
 
 /// Peer TLS from its flags, checked against the peer URLs: every peer URL
@@ -222,6 +227,7 @@ fn peer_tls(flags: &Flags<'_>, urls: &[&String]) -> Result<Option<PeerTls>, Stri
     let cert = path(flags.peer_cert_file);
     let key = path(flags.peer_key_file);
     let ca = path(flags.peer_trusted_ca_file);
+    let crl = path(flags.peer_crl_file);
     let client_cert_auth = match flags.peer_client_cert_auth {
         None => false,
         Some(v) if v.trim().is_empty() => false,
@@ -239,10 +245,12 @@ fn peer_tls(flags: &Flags<'_>, urls: &[&String]) -> Result<Option<PeerTls>, Stri
     if https == 0 {
         let named = |v: Option<&str>| v.is_some_and(|v| !v.trim().is_empty());
         let allowed = named(flags.peer_cert_allowed_cn) || named(flags.peer_cert_allowed_hostname);
-        if cert.is_some() || key.is_some() || ca.is_some() || client_cert_auth || allowed {
+        let any = cert.is_some() || key.is_some() || ca.is_some() || crl.is_some();
+        if any || client_cert_auth || allowed {
             return Err(
                 "--peer-cert-file, --peer-key-file, --peer-trusted-ca-file, \
-                 --peer-client-cert-auth and --peer-cert-allowed-cn/-hostname need https:// \
+                 --peer-client-cert-auth, --peer-crl-file and --peer-cert-allowed-cn/-hostname \
+                 need https:// \
                  peer URLs (--listen-peer-urls, --initial-advertise-peer-urls and every member \
                  in --initial-cluster)"
                     .to_string(),
@@ -269,6 +277,7 @@ fn peer_tls(flags: &Flags<'_>, urls: &[&String]) -> Result<Option<PeerTls>, Stri
             ca,
             client_cert_auth,
             allowed,
+            crl,
         })),
         _ => Err(
             "https:// peer URLs need --peer-cert-file, --peer-key-file and \

@@ -217,15 +217,6 @@ pub(super) const COMPAT: &[Compat] = &[
         },
     ),
     c(
-        "client-crl-file",
-        Kind::Text,
-        Effect::Only {
-            accepts: is_empty,
-            ignored: "it is empty",
-            refused: "ephd does not check certificate revocation lists",
-        },
-    ),
-    c(
         "client-cert-allowed-hostname",
         Kind::Text,
         Effect::Only {
@@ -424,12 +415,13 @@ const CLUSTER_FLAGS: &[&str] = &[
     "peer-trusted-ca-file",
     "peer-cert-allowed-cn",
     "peer-cert-allowed-hostname",
+    "peer-crl-file",
 ];
 
 /// Peer TLS flags cluster mode does not build: in cluster mode, asking for
 /// them is refused rather than ignored, so a peer check the operator asked
 /// for is never silently missing.
-const PEER_TLS_FLAGS: &[&str] = &["peer-auto-tls", "peer-crl-file"];
+const PEER_TLS_FLAGS: &[&str] = &["peer-auto-tls"];
 
 /// Judges every compat flag that was given: the warnings to log, or the
 /// first refusal; and cluster mode's settings when `--initial-cluster`
@@ -496,6 +488,7 @@ pub(super) fn judge(
         peer_client_cert_auth: flag("peer-client-cert-auth"),
         peer_cert_allowed_cn: flag("peer-cert-allowed-cn"),
         peer_cert_allowed_hostname: flag("peer-cert-allowed-hostname"),
+        peer_crl_file: flag("peer-crl-file"),
         snapshot_count: flag("snapshot-count"),
         catchup_entries: flag("experimental-snapshot-catchup-entries"),
     };

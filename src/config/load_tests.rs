@@ -125,7 +125,6 @@ fn compat_flags_warn_once_each_or_are_refused() {
     for refused in [
         "--grpc-keepalive-min-time=10s",
         "--cipher-suites=TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
-        "--client-crl-file=/crl.pem",
         "--auto-tls",
         "--enable-v2=true",
         "--proxy=on",
@@ -187,7 +186,7 @@ fn other_members_in_the_initial_cluster_mean_cluster_mode() {
         ],
         &[],
     ));
-    assert!(m.contains("does not have it yet"), "{m}");
+    assert!(m.contains("need https:// peer URLs"), "{m}");
     let m = invalid(load(
         &[
             "--name=m1",
@@ -307,4 +306,50 @@ fn config_file_errors_name_the_file_and_key() {
     assert!(m.contains("--initial-advertise-peer-urls"), "{m}");
     let m = invalid(load(&["--config-file", "/nonexistent/etcd.yml"], &[]));
     assert!(m.starts_with("cannot read configuration file"), "{m}");
+}
+
+/// `--client-crl-file` and `--peer-crl-file` (etcd's names) are settings:
+/// from a flag, an `ETCD_*` variable or the configuration file's
+/// `crl-file` keys of the two TLS sections.
+#[test]
+fn crl_files_come_from_flags_env_and_the_config_file() {
+    let l = load(&["--client-crl-file=/crl.pem"], &[]).unwrap();
+    assert_eq!(l.config.client_crl_file, Some(PathBuf::from("/crl.pem")));
+    assert!(warnings(&l).is_empty(), "{:?}", warnings(&l));
+    let l = load(&[], &[("ETCD_CLIENT_CRL_FILE", "/env.pem")]).unwrap();
+    assert_eq!(l.config.client_crl_file, Some(PathBuf::from("/env.pem")));
+
+    let cluster = [
+        "--name=m1",
+        "--initial-cluster=m1=https://10.0.0.1:2380,m2=https://10.0.0.2:2380",
+        "--initial-advertise-peer-urls=https://10.0.0.1:2380",
+        "--listen-peer-urls=https://10.0.0.1:2380",
+        "--peer-cert-file=/p.crt",
+        "--peer-key-file=/p.key",
+        "--peer-trusted-ca-file=/ca.crt",
+    ];
+    let peer_crl = |l: Loaded| l.config.cluster.unwrap().peer_tls.unwrap().crl;
+    assert_eq!(peer_crl(load(&cluster, &[]).unwrap()), None);
+    let mut args = cluster.to_vec();
+    args.push("--peer-crl-file=/peer-crl.pem");
+    let l = load(&args, &[]).unwrap();
+    assert!(warnings(&l).is_empty(), "{:?}", warnings(&l));
+    assert_eq!(peer_crl(l), Some(PathBuf::from("/peer-crl.pem")));
+    let l = load(&cluster, &[("ETCD_PEER_CRL_FILE", "/env-peer.pem")]).unwrap();
+    assert_eq!(peer_crl(l), Some(PathBuf::from("/env-peer.pem")));
+    // A single member has no peer listener: ignored with a warning.
+    let l = load(&["--peer-crl-file=/peer-crl.pem"], &[]).unwrap();
+    assert!(warnings(&l)[0].starts_with("flag --peer-crl-file is accepted"));
+
+    let f = write_file(
+        "name: m1\ninitial-cluster: m1=https://10.0.0.1:2380,m2=https://10.0.0.2:2380\n\
+         initial-advertise-peer-urls: https://10.0.0.1:2380\n\
+         listen-peer-urls: https://10.0.0.1:2380\n\
+         client-transport-security:\n  trusted-ca-file: /ca.pem\n  crl-file: /yaml.pem\n\
+         peer-transport-security:\n  cert-file: /p.crt\n  key-file: /p.key\n\
+         \x20 trusted-ca-file: /ca.crt\n  crl-file: /yaml-peer.pem\n",
+    );
+    let l = load(&["--config-file", f.path().to_str().unwrap()], &[]).unwrap();
+    assert_eq!(l.config.client_crl_file, Some(PathBuf::from("/yaml.pem")));
+    assert_eq!(peer_crl(l), Some(PathBuf::from("/yaml-peer.pem")));
 }

@@ -11,6 +11,7 @@ mod peer_identity;
 mod responder;
 mod restore;
 pub mod revisions;
+mod revocation;
 mod tasks;
 mod tls;
 

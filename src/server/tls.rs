@@ -1,6 +1,6 @@
 //! TLS for the https:// listeners, terminated here with rustls so that the
-//! server certificate, its key and the trusted client CAs can change while
-//! the server runs.
+//! server certificate, its key, the trusted client CAs and the certificate
+//! revocation lists (`revocation.rs`) can change while the server runs.
 //!
 //! tonic's own TLS fixes one configuration when the server is built. Here
 //! each accepted connection takes the configuration that is current at that
@@ -9,7 +9,8 @@
 //! configuration when the files' content changes (read every
 //! `--tls-reload-interval`) or on SIGHUP. Files that do not load (a
 //! half-written certificate, a key that does not match it, a CA bundle
-//! without a certificate, a missing file) leave the previous configuration
+//! without a certificate, a revocation list that does not parse, a missing
+//! file) leave the previous configuration
 //! in place, with a WARN that repeats while they stay broken.
 //!
 //! The files' bytes, not their metadata, decide whether anything changed:
@@ -24,6 +25,7 @@
 //! CA bundle, so removing a CA takes effect for new connections at once.
 
 use super::peer_identity::AllowedPeer;
+use super::revocation::{self, LogRevoked};
 use crate::config::{Config, PeerTls};
 use crate::x509;
 use futures::{Stream, StreamExt};
@@ -69,13 +71,15 @@ impl Live {
     }
 }
 
-/// The files `--cert-file`, `--key-file` and `--trusted-ca-file` name (or
-/// their `--peer-*` counterparts).
+/// The files `--cert-file`, `--key-file`, `--trusted-ca-file` and
+/// `--client-crl-file` name (or their `--peer-*` counterparts).
 #[derive(Debug, Clone)]
 struct Files {
     cert: PathBuf,
     key: PathBuf,
     ca: Option<PathBuf>,
+    /// Only with `ca`: without a CA no client certificate is asked for.
+    crl: Option<PathBuf>,
     client_cert_auth: bool,
     /// Peer listeners: what a connecting member's certificate must name
     /// (`peer_identity.rs`).
@@ -89,6 +93,7 @@ struct FlagNames {
     cert: &'static str,
     key: &'static str,
     ca: &'static str,
+    crl: &'static str,
     /// What a successful load logs.
     loaded: &'static str,
 }
@@ -98,6 +103,7 @@ const CLIENT_FLAGS: FlagNames = FlagNames {
     cert: "--cert-file",
     key: "--key-file",
     ca: "--trusted-ca-file",
+    crl: "--client-crl-file",
     loaded: "loaded TLS certificates",
 };
 
@@ -106,6 +112,7 @@ const PEER_FLAGS: FlagNames = FlagNames {
     cert: "--peer-cert-file",
     key: "--peer-key-file",
     ca: "--peer-trusted-ca-file",
+    crl: "--peer-crl-file",
     loaded: "loaded peer TLS certificates",
 };
 
@@ -115,6 +122,7 @@ struct Contents {
     cert: Vec<u8>,
     key: Vec<u8>,
     ca: Option<Vec<u8>>,
+    crl: Option<Vec<u8>>,
 }
 
 impl Files {
@@ -128,10 +136,27 @@ impl Files {
         if config.client_cert_auth && config.trusted_ca_file.is_none() {
             return Err("--client-cert-auth needs --trusted-ca-file".to_string());
         }
+        let mut crl = config
+            .client_crl_file
+            .clone()
+            .filter(|p| !p.as_os_str().is_empty());
+        if let (Some(path), None) = (&crl, &config.trusted_ca_file) {
+            // etcd takes the flag and never uses it: without a CA it asks
+            // clients for no certificate, so there is nothing to revoke.
+            // Refusing would turn away an etcd command line that works;
+            // saying so keeps the operator from believing in a check.
+            tracing::warn!(
+                crl = %path.display(),
+                "--client-crl-file has no effect without --trusted-ca-file: no client \
+                 certificate is asked for, so none is checked against it (as in etcd)"
+            );
+            crl = None;
+        }
         Ok(Files {
             cert,
             key,
             ca: config.trusted_ca_file.clone(),
+            crl,
             client_cert_auth: config.client_cert_auth,
             allowed: None,
             flags: CLIENT_FLAGS,
@@ -143,6 +168,7 @@ impl Files {
             cert: peer.cert.clone(),
             key: peer.key.clone(),
             ca: Some(peer.ca.clone()),
+            crl: peer.crl.clone(),
             client_cert_auth: peer.client_cert_auth,
             allowed: peer.allowed.clone(),
             flags: PEER_FLAGS,
@@ -158,6 +184,10 @@ impl Files {
             key: read(&self.key, self.flags.key)?,
             ca: match &self.ca {
                 Some(p) => Some(read(p, self.flags.ca)?),
+                None => None,
+            },
+            crl: match &self.crl {
+                Some(p) => Some(read(p, self.flags.crl)?),
                 None => None,
             },
         })
@@ -182,6 +212,11 @@ impl Files {
         let builder = ServerConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
             .map_err(|e| format!("TLS settings: {e}"))?;
+        let crls = match (&self.crl, &contents.crl) {
+            (Some(path), Some(bytes)) => revocation::parse(bytes, self.flags.crl, path)?,
+            _ => Vec::new(),
+        };
+        let crl_count = crls.len();
         let (builder, trusted_cas) = match (&self.ca, &contents.ca) {
             (Some(path), Some(pem)) => {
                 let cas = CertificateDer::pem_slice_iter(pem)
@@ -203,9 +238,25 @@ impl Files {
                 } else {
                     verifier.allow_unauthenticated()
                 };
-                let verifier = verifier
-                    .build()
-                    .map_err(|e| format!("{} {}: {e}", self.flags.ca, path.display()))?;
+                // A certificate no list speaks for (its issuer published
+                // none) is served, as etcd serves every serial its list
+                // does not name.
+                let verifier = if crls.is_empty() {
+                    verifier
+                } else {
+                    verifier.with_crls(crls).allow_unknown_revocation_status()
+                };
+                let verifier = verifier.build().map_err(|e| match (&e, &self.crl) {
+                    (rustls::server::VerifierBuilderError::InvalidCrl(_), Some(crl)) => {
+                        format!("{} {}: {e}", self.flags.crl, crl.display())
+                    }
+                    _ => format!("{} {}: {e}", self.flags.ca, path.display()),
+                })?;
+                let verifier = if crl_count > 0 {
+                    LogRevoked::wrap(verifier, self.flags.crl)
+                } else {
+                    verifier
+                };
                 let verifier = match &self.allowed {
                     Some(allowed) => AllowedPeer::wrap(verifier, allowed.clone()),
                     None => verifier,
@@ -237,6 +288,7 @@ impl Files {
             Loaded {
                 summary,
                 trusted_cas,
+                crls: crl_count,
             },
         ))
     }
@@ -246,6 +298,8 @@ impl Files {
 struct Loaded {
     summary: Option<x509::Summary>,
     trusted_cas: usize,
+    /// Certificate revocation lists in force.
+    crls: usize,
 }
 
 impl Loaded {
@@ -259,6 +313,7 @@ impl Loaded {
             serial,
             not_after,
             trusted_cas = self.trusted_cas,
+            crls = self.crls,
             "{what}"
         );
         let now = SystemTime::now()

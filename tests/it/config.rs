@@ -461,10 +461,6 @@ fn limits_ephd_does_not_implement_are_refused() {
         &["--cipher-suites=TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"],
         "ephd: flag --cipher-suites=TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256 is refused: ",
     );
-    assert_refused(
-        &["--client-crl-file=/etc/etcd/crl.pem"],
-        "is refused: ephd does not check certificate revocation lists",
-    );
 }
 
 #[test]

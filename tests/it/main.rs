@@ -32,6 +32,7 @@ mod cluster_timeouts;
 mod cluster_tls;
 mod concurrency;
 mod config;
+mod crl;
 mod deploy_cluster;
 mod differential;
 mod election;

@@ -8,7 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Runs openssl, panicking with its output on failure.
-fn openssl(dir: &Path, args: &[&str]) {
+pub(crate) fn openssl(dir: &Path, args: &[&str]) {
     let out = Command::new("openssl")
         .current_dir(dir)
         .args(args)

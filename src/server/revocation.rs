@@ -1,0 +1,288 @@
+//! `--client-crl-file` and `--peer-crl-file`: certificate revocation lists
+//! that turn away a client (or connecting member) whose certificate they
+//! revoke, as etcd's flags of the same names do on its listeners.
+//!
+//! rustls' client certificate verifier does the checking (`tls.rs` hands it
+//! the lists parsed here); this module reads the file and logs refusals.
+//! What a client sees matches etcd: a certificate whose serial a list of
+//! its issuer names is refused and the connection ends; any other
+//! certificate of the trusted CAs is served; a client without a
+//! certificate is judged as without the lists. The differences, all in
+//! what an operator writes rather than what a client sees:
+//!
+//! * etcd reads the file again at every connection; ephd reads it with
+//!   the certificates (`--tls-reload-interval`, SIGHUP), so a newly
+//!   revoked certificate is refused after the next reload. A file that
+//!   stops loading keeps the previous lists (with a WARN), where etcd
+//!   refuses every client certificate until it loads.
+//! * etcd starts with a file it cannot read or parse and then refuses
+//!   every connection that presents a certificate; ephd refuses to start,
+//!   naming the flag and the file.
+//! * etcd compares serial numbers only, with the first list in the file,
+//!   without checking who signed it; ephd takes every list in the file and
+//!   applies one to a certificate only when it is signed by that
+//!   certificate's issuer (a list of another CA revokes nothing of this
+//!   one). Lists must be version 2 (RFC 5280; what `openssl ca` writes when
+//!   its configuration names a `crlnumber` file, and what Go's and cfssl's
+//!   tools write); an expired list still counts, as in etcd.
+//! * Intermediate certificates the client sends are checked too (a list of
+//!   the root can revoke an intermediate), as etcd checks every certificate
+//!   the client sent.
+//! * On the peer listener the refusal is the same, but its effect is not:
+//!   etcd's Raft transport also carries a member's messages over
+//!   connections the others dialled to it, so a member whose certificate
+//!   is revoked still takes full part in etcd 3.4 (it was even elected
+//!   leader when tried by hand). ephd's members send only on connections
+//!   they dial, so a revoked member's messages never arrive and the others
+//!   go on without it (CLUSTER.md, "Peer transport").
+
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio_rustls::rustls::client::danger::HandshakeSignatureValid;
+use tokio_rustls::rustls::pki_types::{
+    pem::PemObject, CertificateDer, CertificateRevocationListDer, UnixTime,
+};
+use tokio_rustls::rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use tokio_rustls::rustls::{
+    CertificateError, DigitallySignedStruct, DistinguishedName, Error, SignatureScheme,
+};
+
+/// The revocation lists in `bytes` (the file `path`, named by `flag`):
+/// every PEM `X509 CRL` block, or the whole file as one DER list. Each is
+/// parsed here so that a bad file is refused with a message that says
+/// what is wrong with it.
+pub(super) fn parse(
+    bytes: &[u8],
+    flag: &str,
+    path: &Path,
+) -> Result<Vec<CertificateRevocationListDer<'static>>, String> {
+    let at = || format!("{flag} {}", path.display());
+    let looks_pem = bytes.windows(11).any(|w| w == b"-----BEGIN ");
+    let crls = if looks_pem {
+        CertificateRevocationListDer::pem_slice_iter(bytes)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("{}: {e}", at()))?
+    } else {
+        vec![CertificateRevocationListDer::from(bytes.to_vec())]
+    };
+    if crls.is_empty() || bytes.iter().all(u8::is_ascii_whitespace) {
+        return Err(format!(
+            "{} holds no certificate revocation list (PEM \"-----BEGIN X509 CRL-----\" or DER)",
+            at()
+        ));
+    }
+    for (i, crl) in crls.iter().enumerate() {
+        webpki::OwnedCertRevocationList::from_der(crl.as_ref()).map_err(|e| {
+            let which = if crls.len() > 1 {
+                format!(" (list {} of {})", i + 1, crls.len())
+            } else {
+                String::new()
+            };
+            let why = if is_version_1(crl.as_ref()) {
+                VERSION_1.to_string()
+            } else {
+                why(&e)
+            };
+            format!("{}{which}: {why}", at())
+        })?;
+    }
+    Ok(crls)
+}
+
+/// Why a version 1 list is refused, and how to get a version 2 one.
+const VERSION_1: &str = "a version 1 certificate revocation list; ephd needs version 2 \
+     (openssl ca writes version 2 when its configuration names a crlnumber file)";
+
+/// Whether `der` is a version 1 list: its to-be-signed part starts with
+/// the signature algorithm (a SEQUENCE) where version 2 has its version
+/// (an INTEGER). webpki only says such a list does not parse.
+fn is_version_1(der: &[u8]) -> bool {
+    const SEQUENCE: u8 = 0x30;
+    let tbs = crate::der::expect(der, SEQUENCE).and_then(|(list, _)| crate::der::tlv(list));
+    match tbs {
+        Some((SEQUENCE, tbs, _)) => crate::der::tlv(tbs).is_some_and(|(tag, _, _)| tag == SEQUENCE),
+        _ => false,
+    }
+}
+
+/// What is wrong with a list that does not parse, in an operator's words.
+fn why(e: &webpki::Error) -> String {
+    match e {
+        webpki::Error::UnsupportedCrlVersion => VERSION_1.to_string(),
+        webpki::Error::BadDer | webpki::Error::BadDerTime | webpki::Error::TrailingData(_) => {
+            "not a certificate revocation list (it does not parse as one)".to_string()
+        }
+        e => format!("cannot use this certificate revocation list: {e:?}"),
+    }
+}
+
+/// How often the refusal of one certificate is logged while it keeps
+/// trying: a revoked member redials many times a second, and one line a
+/// minute (with the count since) says as much as thousands.
+const REPEAT_REFUSAL: Duration = Duration::from_secs(60);
+
+/// rustls' client certificate verifier, logging the certificates it
+/// refuses because a revocation list names them (etcd logs each such
+/// refusal too, ephd once a minute per certificate); otherwise exactly
+/// the verifier it wraps.
+#[derive(Debug)]
+pub(super) struct LogRevoked {
+    inner: Arc<dyn ClientCertVerifier>,
+    /// The flag of the lists, for the log line.
+    flag: &'static str,
+    /// Per refused serial: when it was last logged, and refusals not
+    /// logged since (the next line reports them as `repeated`).
+    logged: Mutex<HashMap<String, (Instant, u64)>>,
+}
+
+impl LogRevoked {
+    /// Wraps `inner`, whose lists came from `flag`.
+    pub(super) fn wrap(inner: Arc<dyn ClientCertVerifier>, flag: &'static str) -> Arc<Self> {
+        Arc::new(LogRevoked {
+            inner,
+            flag,
+            logged: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Logs the refusal of `cert`, unless it was logged less than
+    /// [`REPEAT_REFUSAL`] ago.
+    fn refused(&self, cert: &CertificateDer<'_>) {
+        let (subject, serial) = match crate::x509::summarize(cert) {
+            Some(s) => (s.subject, s.serial),
+            None => ("(unreadable)".to_string(), "(unreadable)".to_string()),
+        };
+        let now = Instant::now();
+        let repeated = {
+            let mut logged = self.logged.lock();
+            // Certificates that stopped trying are forgotten, so the map
+            // stays as small as the set of revoked certificates in use.
+            logged.retain(|_, (at, _)| now.duration_since(*at) < 2 * REPEAT_REFUSAL);
+            match logged.get_mut(&serial) {
+                Some((at, since)) if now.duration_since(*at) < REPEAT_REFUSAL => {
+                    *since += 1;
+                    return;
+                }
+                Some((at, since)) => {
+                    *at = now;
+                    std::mem::take(since)
+                }
+                None => {
+                    logged.insert(serial.clone(), (now, 0));
+                    0
+                }
+            }
+        };
+        tracing::warn!(
+            subject,
+            serial,
+            crl = self.flag,
+            repeated,
+            "rejected connection: its certificate (or one it chains through) is revoked; \
+             further refusals of it are logged once a minute"
+        );
+    }
+}
+
+impl ClientCertVerifier for LogRevoked {
+    fn offer_client_auth(&self) -> bool {
+        self.inner.offer_client_auth()
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        self.inner.client_auth_mandatory()
+    }
+
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        self.inner.root_hint_subjects()
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+    ) -> Result<ClientCertVerified, Error> {
+        let verified = self
+            .inner
+            .verify_client_cert(end_entity, intermediates, now);
+        if let Err(Error::InvalidCertificate(CertificateError::Revoked)) = &verified {
+            self.refused(end_entity);
+        }
+        verified
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.inner.supported_verify_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Empty lists of a P-256 test CA (valid for a century), as `openssl ca
+    // -gencrl` writes them with and without a crlnumber file.
+    const V2_PEM: &[u8] = include_bytes!("testdata/crl-v2.pem");
+    const V2_DER: &[u8] = include_bytes!("testdata/crl-v2.der");
+    const V1_PEM: &[u8] = include_bytes!("testdata/crl-v1.pem");
+
+    #[test]
+    fn pem_lists_one_or_more_and_a_der_list_load() {
+        assert_eq!(parsed(V2_PEM), Ok(1));
+        assert_eq!(parsed(V2_DER), Ok(1));
+        let two = [V2_PEM, V2_PEM].concat();
+        assert_eq!(parsed(&two), Ok(2));
+    }
+
+    #[test]
+    fn a_version_1_list_is_refused_saying_how_to_get_version_2() {
+        let e = parsed(V1_PEM).unwrap_err();
+        assert!(e.contains("version 1 certificate revocation list"), "{e}");
+        assert!(e.contains("crlnumber"), "{e}");
+        let mixed = [V2_PEM, V1_PEM].concat();
+        let e = parsed(&mixed).unwrap_err();
+        assert!(e.contains("(list 2 of 2): a version 1"), "{e}");
+    }
+
+    fn parsed(bytes: &[u8]) -> Result<usize, String> {
+        parse(bytes, "--client-crl-file", Path::new("/x/crl.pem")).map(|c| c.len())
+    }
+
+    #[test]
+    fn garbage_and_empty_files_are_refused_naming_the_flag_and_path() {
+        for bad in [&b"garbage\n"[..], b"", b"\n  \n", b"\x30\x03\x02\x01\x01"] {
+            let e = parsed(bad).unwrap_err();
+            assert!(e.starts_with("--client-crl-file /x/crl.pem"), "{e}");
+        }
+        // PEM without a CRL in it (a certificate given by mistake).
+        let cert = "-----BEGIN CERTIFICATE-----\nMAA=\n-----END CERTIFICATE-----\n";
+        let e = parsed(cert.as_bytes()).unwrap_err();
+        assert!(e.contains("holds no certificate revocation list"), "{e}");
+        // A CRL block whose content is not a CRL.
+        let crl = "-----BEGIN X509 CRL-----\nMAA=\n-----END X509 CRL-----\n";
+        let e = parsed(crl.as_bytes()).unwrap_err();
+        assert!(e.contains("not a certificate revocation list"), "{e}");
+    }
+}
