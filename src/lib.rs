@@ -54,6 +54,7 @@ pub mod lease;
 pub mod logging;
 pub mod metrics;
 pub mod mvcc;
+mod peer_allowed;
 pub mod persist;
 pub mod proto;
 pub mod server;

@@ -58,7 +58,6 @@ pub async fn bootstrap(
     saved_state: &mut Option<Saved>,
 ) -> Result<Boot, String> {
     let saved = saved_state.as_ref();
-    super::peers::init_tls(config.peer_tls.as_ref())?;
     let initial = Membership::initial(config);
     if config.existing {
         return join(config, client_urls).await;
@@ -171,12 +170,7 @@ fn others(config: &ClusterConfig) -> Vec<String> {
 }
 
 async fn client(url: &str) -> Option<MembershipClient<tonic::transport::Channel>> {
-    let channel = super::peers::endpoint(url)
-        .ok()?
-        .connect_timeout(ASK_TIMEOUT)
-        .connect()
-        .await
-        .ok()?;
+    let channel = super::peers::connect(url, ASK_TIMEOUT).await.ok()?;
     Some(MembershipClient::new(channel))
 }
 

@@ -86,11 +86,8 @@ impl LeaseForward {
                 return Ok(c.clone());
             }
         }
-        let channel = super::peers::endpoint(&url)
-            .map_err(|e| Status::unavailable(format!("invalid peer URL {url}: {e}")))?
-            .connect_timeout(Duration::from_secs(1))
-            .tcp_nodelay(true)
-            .connect_lazy();
+        let channel = super::peers::connect_lazy(&url, Duration::from_secs(1))
+            .map_err(Status::unavailable)?;
         let client = RaftTransportClient::new(channel);
         clients.insert(id, (url, client.clone()));
         Ok(client)

@@ -191,11 +191,7 @@ async fn fetch(
     r: &ProbeResponse,
     tmp: &Path,
 ) -> Result<u64, String> {
-    let channel = super::peers::endpoint(url)?
-        .connect_timeout(ASK_TIMEOUT)
-        .connect()
-        .await
-        .map_err(|e| format!("cannot connect to {url}: {e}"))?;
+    let channel = super::peers::connect(url, ASK_TIMEOUT).await?;
     let mut client =
         MembershipClient::new(channel).max_decoding_message_size(saved_transfer::MAX_MESSAGE);
     let req = Request::new(FetchSavedRequest {

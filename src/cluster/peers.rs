@@ -14,12 +14,15 @@
 //! URLs changed gets a new connection. Each task records since when its
 //! peer has answered without interruption ([`PeerHealth`]), which the
 //! reconfiguration checks read as etcd reads its transport's. With peer
-//! TLS every connection is TLS, with this member's peer certificate. A
+//! TLS every connection is TLS, with this member's peer certificate, made by
+//! `peer_dial.rs` (which also checks the allowed name on the certificate of
+//! the dialled member and picks up rotated files). A
 //! peer that answers that this member was removed raises its removal
 //! (`removal.rs`).
 
 use super::input::{Input, PeerChange};
 use super::membership::MemberInfo;
+use super::peer_dial::{self, Dialer};
 use super::queue::Sender;
 use super::removal::Removal;
 pub(super) use super::sender::PeerHealth;
@@ -30,8 +33,8 @@ use parking_lot::Mutex;
 use raft::prelude::{Message, MessageType};
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::mpsc;
-use tonic::transport::{Certificate, ClientTlsConfig, Identity};
 
 /// Messages queued for one peer's lane at most.
 const QUEUE: usize = 4096;
@@ -54,7 +57,7 @@ pub(super) struct Peers {
     /// Where send loops report snapshots' delivery.
     inbox: Sender<Input>,
     /// Peer TLS for outgoing connections.
-    tls: Option<ClientTlsConfig>,
+    tls: Option<Arc<Dialer>>,
     /// Peers whose snapshot message could not even be queued: raft must
     /// hear that it failed (see [`Peers::take_undelivered`]).
     undelivered: Mutex<Vec<u64>>,
@@ -78,7 +81,7 @@ impl Peers {
             queues: HashMap::new(),
             health,
             inbox,
-            tls: PEER_TLS.get().cloned().flatten(),
+            tls: dialer(),
             undelivered: Mutex::new(Vec::new()),
             removal,
         };
@@ -170,40 +173,44 @@ pub(super) fn display_name(m: &MemberInfo) -> String {
 
 /// The process's peer TLS for outgoing connections, set once at startup
 /// by [`init_tls`] (`None`: plaintext peers).
-static PEER_TLS: std::sync::OnceLock<Option<ClientTlsConfig>> = std::sync::OnceLock::new();
+static PEER_TLS: std::sync::OnceLock<Option<Arc<Dialer>>> = std::sync::OnceLock::new();
 
 /// Reads the peer TLS files (when peer TLS is on) for every outgoing peer
 /// connection of this process: Raft messages, forwarded keep-alives, and
-/// the membership calls of a starting member. Fails when a file cannot be
-/// read; a second call keeps the first settings.
-pub fn init_tls(peer: Option<&PeerTls>) -> Result<(), String> {
-    let tls = peer.map(client_tls).transpose()?;
-    let _ = PEER_TLS.set(tls);
+/// the membership calls of a starting member. They are read again at most
+/// every `reload` (`--tls-reload-interval`; never with zero) when a
+/// connection is opened, so a rotated peer certificate reaches new
+/// outgoing connections without a restart (`peer_dial.rs`). Fails when a
+/// file cannot be read; a second call keeps the first settings.
+pub fn init_tls(peer: Option<&PeerTls>, reload: Duration) -> Result<(), String> {
+    if PEER_TLS.get().is_some() {
+        return Ok(());
+    }
+    let dialer = peer
+        .map(|p| Dialer::load(p, reload).map(Arc::new))
+        .transpose()?;
+    let _ = PEER_TLS.set(dialer);
     Ok(())
 }
 
-/// An endpoint for a peer's `url`, with the process's peer TLS if any.
-pub(super) fn endpoint(url: &str) -> Result<tonic::transport::Endpoint, String> {
-    let ep = tonic::transport::Endpoint::from_shared(url.to_string()).map_err(|e| e.to_string())?;
-    match PEER_TLS.get().cloned().flatten() {
-        Some(tls) => ep.tls_config(tls).map_err(|e| e.to_string()),
-        None => Ok(ep),
-    }
+/// The dialler of peer TLS, if on.
+fn dialer() -> Option<Arc<Dialer>> {
+    PEER_TLS.get().cloned().flatten()
 }
 
-/// The TLS settings this member dials its peers with: the peer CA to
-/// verify them, and its own peer certificate as client certificate (etcd
-/// presents the same one both ways). Read once at startup; a rotated peer
-/// certificate reaches outgoing connections at the next restart, while the
-/// peer listener picks it up at once (`server::tls`).
-fn client_tls(peer: &PeerTls) -> Result<ClientTlsConfig, String> {
-    let read = |p: &std::path::Path, flag: &str| {
-        std::fs::read(p).map_err(|e| format!("cannot read {flag} {}: {e}", p.display()))
-    };
-    let ca = read(&peer.ca, "--peer-trusted-ca-file")?;
-    let cert = read(&peer.cert, "--peer-cert-file")?;
-    let key = read(&peer.key, "--peer-key-file")?;
-    Ok(ClientTlsConfig::new()
-        .ca_certificate(Certificate::from_pem(ca))
-        .identity(Identity::from_pem(cert, key)))
+/// A channel to a peer's `url`, connected now, with the process's peer TLS
+/// if any, and `timeout` to connect.
+pub(super) async fn connect(
+    url: &str,
+    timeout: Duration,
+) -> Result<tonic::transport::Channel, String> {
+    peer_dial::connect(dialer(), url, timeout).await
+}
+
+/// [`connect`], connecting on first use and again after a lost connection.
+pub(super) fn connect_lazy(
+    url: &str,
+    timeout: Duration,
+) -> Result<tonic::transport::Channel, String> {
+    peer_dial::lazy_channel(dialer(), url, timeout)
 }

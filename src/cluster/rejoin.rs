@@ -115,10 +115,7 @@ fn transient(s: &Status) -> bool {
 }
 
 async fn connect(url: &str) -> Option<MembershipClient<tonic::transport::Channel>> {
-    let channel = super::peers::endpoint(url)
-        .ok()?
-        .connect_timeout(Duration::from_secs(2))
-        .connect()
+    let channel = super::peers::connect(url, Duration::from_secs(2))
         .await
         .ok()?;
     Some(MembershipClient::new(channel))

@@ -29,6 +29,7 @@
 
 use super::catchup;
 use super::input::Input;
+use super::peer_dial::{self, Dialer};
 use super::peer_stream::{self, Link};
 use super::queue::Sender;
 use super::removal::Removal;
@@ -42,7 +43,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
-use tonic::transport::{Channel, ClientTlsConfig};
+use tonic::transport::Channel;
 use tonic::Status;
 
 /// Most messages in one batch.
@@ -121,20 +122,10 @@ pub(super) fn bulk_timeout(bytes: usize) -> Duration {
 }
 
 /// A lazily connecting channel to a peer's `url`, over TLS when `tls` is
-/// set (peer TLS). Each call opens a connection of its own.
-pub(super) fn peer_channel(
-    url: &str,
-    tls: Option<ClientTlsConfig>,
-) -> Result<tonic::transport::Channel, String> {
-    let ep = tonic::transport::Endpoint::from_shared(url.to_string()).map_err(|e| e.to_string())?;
-    let ep = match tls {
-        Some(tls) => ep.tls_config(tls).map_err(|e| e.to_string())?,
-        None => ep,
-    };
-    Ok(ep
-        .connect_timeout(CONNECT_TIMEOUT)
-        .tcp_nodelay(true)
-        .connect_lazy())
+/// set (peer TLS; each new connection with the settings current then).
+/// Each call opens a connection of its own.
+pub(super) fn peer_channel(url: &str, tls: Option<Arc<Dialer>>) -> Result<Channel, String> {
+    peer_dial::lazy_channel(tls, url, CONNECT_TIMEOUT)
 }
 
 /// Where a lane sends, and where it reports snapshots' delivery.
@@ -145,7 +136,7 @@ pub(super) struct Target {
     pub(super) id: u64,
     pub(super) name: String,
     pub(super) url: String,
-    pub(super) tls: Option<ClientTlsConfig>,
+    pub(super) tls: Option<Arc<Dialer>>,
     pub(super) inbox: Sender<Input>,
     pub(super) removal: Arc<Removal>,
 }

@@ -104,9 +104,11 @@ pub struct PeerTls {
     pub crl: Option<PathBuf>,
 }
 
-/// A further condition on the certificate a member connecting to the peer
-/// port presents, beyond a chain to the peer CA (etcd's flags of the same
-/// names; one or the other, as etcd 3.5 requires).
+/// A further condition on the peer certificates of other members, beyond a
+/// chain to the peer CA: the one a member connecting to the peer port
+/// presents, and the one a dialled member serves (etcd's flags of the same
+/// names, applied both ways as etcd does; one or the other, as etcd 3.5
+/// requires).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PeerAllowed {
     /// `--peer-cert-allowed-cn`: its subject's common name is exactly this.

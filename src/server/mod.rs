@@ -222,6 +222,8 @@ impl Server {
                 };
                 // The seed of a whole-cluster resume may replace `saved`
                 // with a newer member's (`cluster/newest.rs`).
+                // Peer TLS for every member this one dials, from now on.
+                crate::cluster::init_peer_tls(c.peer_tls.as_ref(), config.tls_reload_interval)?;
                 let boot = crate::cluster::bootstrap(c, config.advertised_urls(), &mut saved);
                 let boot = boot.await;
                 if let Some(r) = responding {

@@ -4,17 +4,15 @@
 //! common name or host name, as etcd checks them. Anything else fails the
 //! TLS handshake before a Raft message is read, and the refusal is logged.
 //!
-//! etcd applies the same check to the certificates of the members it dials;
-//! ephd checks connecting members only. Every pair of members talks both
-//! ways, each verifying the other's client certificate here, so a member
-//! with a certificate that names neither is refused by every other member
-//! either way.
+//! The check itself (`peer_allowed.rs`) is shared with the dialling side,
+//! which applies it to the certificates of the members this one dials
+//! (`cluster/peer_dial.rs`), as etcd does.
 
 use crate::config::PeerAllowed;
-use crate::x509;
+use crate::peer_allowed::check;
 use std::sync::Arc;
 use tokio_rustls::rustls::client::danger::HandshakeSignatureValid;
-use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use tokio_rustls::rustls::pki_types::{CertificateDer, UnixTime};
 use tokio_rustls::rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use tokio_rustls::rustls::{
     CertificateError, DigitallySignedStruct, DistinguishedName, Error, SignatureScheme,
@@ -31,33 +29,6 @@ impl AllowedPeer {
     /// Wraps `inner` so that it also requires `allowed`.
     pub(super) fn wrap(inner: Arc<dyn ClientCertVerifier>, allowed: PeerAllowed) -> Arc<Self> {
         Arc::new(AllowedPeer { inner, allowed })
-    }
-}
-
-/// Whether `leaf` names what `allowed` asks for; why not otherwise.
-pub(super) fn check(leaf: &CertificateDer<'_>, allowed: &PeerAllowed) -> Result<(), String> {
-    match allowed {
-        PeerAllowed::Cn(cn) => match x509::common_name(leaf) {
-            Some(got) if got == *cn => Ok(()),
-            Some(got) => Err(format!(
-                "its common name {got:?} is not the allowed {cn:?} (--peer-cert-allowed-cn)"
-            )),
-            None => Err(format!(
-                "it has no common name; {cn:?} is required (--peer-cert-allowed-cn)"
-            )),
-        },
-        PeerAllowed::Hostname(host) => {
-            let name = ServerName::try_from(host.as_str())
-                .map_err(|e| format!("--peer-cert-allowed-hostname {host:?}: {e}"))?;
-            let cert = webpki::EndEntityCert::try_from(leaf)
-                .map_err(|e| format!("its certificate does not parse: {e}"))?;
-            cert.verify_is_valid_for_subject_name(&name).map_err(|_| {
-                format!(
-                    "it is not valid for the allowed host name {host:?} \
-                     (--peer-cert-allowed-hostname)"
-                )
-            })
-        }
     }
 }
 
