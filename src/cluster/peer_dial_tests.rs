@@ -75,6 +75,7 @@ fn files(dir: &Path, cert: &str, key: &str) -> PeerTls {
         ca: dir.join("ca.crt"),
         client_cert_auth: true,
         allowed: None,
+        crl: None,
     }
 }
 
