@@ -1,8 +1,9 @@
 //! A member that knows no leader yet, on a real one-voter Raft node in
 //! process with a 1 s election timeout (its first election comes 1 to 2 s
 //! after it starts): writes wait for the leader as in etcd, a write the
-//! Raft loop took without a leader is held until there is one, and a held
-//! write whose request has gone is dropped, never proposed.
+//! Raft loop took without a leader is held until there is one, a held
+//! write whose request has gone is dropped, never proposed, and a member
+//! that stops answers the writes still waiting for a leader at once.
 
 use super::initial_gate_tests::solo;
 use crate::error::Error;
@@ -69,4 +70,23 @@ async fn a_held_write_whose_request_timed_out_is_never_proposed() {
     tokio::task::spawn_blocking(move || node.stop())
         .await
         .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_waiting_for_a_leader_answers_server_stopped_when_the_member_stops() {
+    // Its first election would come after a minute: none comes here.
+    let (node, _store) = solo(false, HEARTBEAT, Duration::from_secs(60));
+    let writer = node.clone();
+    let write = tokio::spawn(async move { writer.propose(put("k")).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!write.is_finished(), "the write waits for a leader");
+    let stopping = node.clone();
+    tokio::task::spawn_blocking(move || stopping.stop())
+        .await
+        .unwrap();
+    let answered = tokio::time::timeout(Duration::from_secs(5), write)
+        .await
+        .expect("answered at once, not after the request timeout")
+        .unwrap();
+    assert_eq!(answered.unwrap_err(), Error::Stopped);
 }

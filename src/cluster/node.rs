@@ -265,9 +265,9 @@ impl Node {
     pub async fn propose_in_term(&self, entry: Entry, term: u64) -> Result<Applied> {
         let deadline = tokio::time::Instant::now() + self.timeout;
         // As etcd: during an election the write waits for the new leader.
-        if !self.status.wait_for_leader(deadline).await {
-            return Err(Error::NoLeaderInTime);
-        }
+        self.status
+            .wait_for_leader(deadline, Error::NoLeaderInTime)
+            .await?;
         self.gate.pass(&entry, deadline).await?;
         self.propose_by(entry, term, deadline).await
     }
@@ -324,9 +324,9 @@ impl Node {
         // sent during an election waits for that.
         let changes = self.status.leader_changes();
         let index = loop {
-            if !self.status.wait_for_leader(deadline).await {
-                return Err(Error::Timeout);
-            }
+            self.status
+                .wait_for_leader(deadline, Error::Timeout)
+                .await?;
             if self.status.leader_changes() != changes {
                 return Err(Error::LeaderChanged);
             }

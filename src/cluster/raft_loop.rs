@@ -163,7 +163,10 @@ fn run_round(slot: &mut Option<RaftLoop>) -> Round {
         }
     };
     if round == Round::Stop {
-        *slot = None;
+        if let Some(raft) = slot.take() {
+            // Requests waiting for a leader answer `server stopped` now.
+            raft.status.stop();
+        }
     }
     round
 }

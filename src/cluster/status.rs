@@ -4,6 +4,7 @@
 //! Status, the expiry task, `hasleader` and tests read it.
 
 use super::catchup::LogCounters;
+use crate::error::Error;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -28,6 +29,9 @@ pub struct RaftStatus {
     /// leader, rather than failing it during an election) or fail when one
     /// comes (etcd's linearizable reads in flight).
     pub(super) new_leader: tokio::sync::Notify,
+    /// Set once the Raft loop has ended (a stop, or a panic in a round):
+    /// no leader will come, so nobody should wait for one.
+    pub(super) stopped: AtomicBool,
 }
 
 impl RaftStatus {
@@ -36,9 +40,14 @@ impl RaftStatus {
         Some(self.leader.load(Ordering::Relaxed)).filter(|l| *l != 0)
     }
 
-    /// Waits until this member knows a leader, or `deadline` passes;
-    /// whether it knows one.
-    pub(super) async fn wait_for_leader(&self, deadline: tokio::time::Instant) -> bool {
+    /// Waits until this member knows a leader: `timed_out` when none comes
+    /// before `deadline`, `etcdserver: server stopped` once the Raft loop
+    /// has ended.
+    pub(super) async fn wait_for_leader(
+        &self,
+        deadline: tokio::time::Instant,
+        timed_out: Error,
+    ) -> Result<(), Error> {
         let known = async {
             loop {
                 let found = self.new_leader.notified();
@@ -46,13 +55,24 @@ impl RaftStatus {
                 // Registered before the check, so a leader published
                 // between the check and the wait still wakes it.
                 found.as_mut().enable();
+                if self.stopped.load(Ordering::Relaxed) {
+                    return Err(Error::Stopped);
+                }
                 if self.leader().is_some() {
-                    return;
+                    return Ok(());
                 }
                 found.await;
             }
         };
-        tokio::time::timeout_at(deadline, known).await.is_ok()
+        tokio::time::timeout_at(deadline, known)
+            .await
+            .unwrap_or(Err(timed_out))
+    }
+
+    /// Marks the Raft loop ended and wakes whoever waits for a leader.
+    pub(super) fn stop(&self) {
+        self.stopped.store(true, Ordering::Relaxed);
+        self.new_leader.notify_waiters();
     }
 
     /// Completes once this member has seen a new leader since
@@ -122,7 +142,8 @@ mod tests {
     async fn waiting_for_a_leader_ends_when_one_is_published_or_at_the_deadline() {
         let status = Arc::new(RaftStatus::default());
         let soon = Instant::now() + Duration::from_millis(50);
-        assert!(!status.wait_for_leader(soon).await, "no leader yet");
+        let waited = status.wait_for_leader(soon, Error::Timeout).await;
+        assert_eq!(waited, Err(Error::Timeout), "no leader yet");
 
         let publisher = status.clone();
         let publish = tokio::spawn(async move {
@@ -131,12 +152,26 @@ mod tests {
             publisher.set_leader(7);
         });
         let later = Instant::now() + Duration::from_secs(10);
-        assert!(status.wait_for_leader(later).await);
+        assert_eq!(status.wait_for_leader(later, Error::Timeout).await, Ok(()));
         publish.await.unwrap();
-        assert!(
-            status.wait_for_leader(Instant::now()).await,
-            "known already"
-        );
+        let now = Instant::now();
+        assert_eq!(status.wait_for_leader(now, Error::Timeout).await, Ok(()));
+    }
+
+    #[tokio::test]
+    async fn waiting_for_a_leader_ends_when_the_raft_loop_stops() {
+        let status = Arc::new(RaftStatus::default());
+        let stopper = status.clone();
+        let stop = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            stopper.stop();
+        });
+        let later = Instant::now() + Duration::from_secs(10);
+        let waited = status.wait_for_leader(later, Error::Timeout).await;
+        assert_eq!(waited, Err(Error::Stopped));
+        stop.await.unwrap();
+        let waited = status.wait_for_leader(later, Error::Timeout).await;
+        assert_eq!(waited, Err(Error::Stopped), "stopped stays stopped");
     }
 
     #[tokio::test]
