@@ -9,8 +9,10 @@
 //! (`cluster/peer_dial.rs`), as etcd does.
 
 use crate::config::PeerAllowed;
+use crate::metrics::warnings::RateLimit;
 use crate::peer_allowed::check;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 use tokio_rustls::rustls::client::danger::HandshakeSignatureValid;
 use tokio_rustls::rustls::pki_types::{CertificateDer, UnixTime};
 use tokio_rustls::rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
@@ -18,17 +20,29 @@ use tokio_rustls::rustls::{
     CertificateError, DigitallySignedStruct, DistinguishedName, Error, SignatureScheme,
 };
 
+/// How often a refusal is logged: a refused member dials again several
+/// times a second.
+const REPEAT_REFUSAL: Duration = Duration::from_secs(10);
+
 /// rustls' client certificate verifier, plus the allowed name.
 #[derive(Debug)]
 pub(super) struct AllowedPeer {
     inner: Arc<dyn ClientCertVerifier>,
     allowed: PeerAllowed,
+    /// When this verifier was built: the origin of `refusals`' clock.
+    origin: Instant,
+    refusals: RateLimit,
 }
 
 impl AllowedPeer {
     /// Wraps `inner` so that it also requires `allowed`.
     pub(super) fn wrap(inner: Arc<dyn ClientCertVerifier>, allowed: PeerAllowed) -> Arc<Self> {
-        Arc::new(AllowedPeer { inner, allowed })
+        Arc::new(AllowedPeer {
+            inner,
+            allowed,
+            origin: Instant::now(),
+            refusals: RateLimit::new(REPEAT_REFUSAL),
+        })
     }
 }
 
@@ -57,7 +71,14 @@ impl ClientCertVerifier for AllowedPeer {
         match check(end_entity, &self.allowed) {
             Ok(()) => Ok(verified),
             Err(why) => {
-                tracing::warn!(reason = %why, "peer connection refused: its certificate");
+                if let Some(suppressed) = self.refusals.admit(self.origin.elapsed()) {
+                    tracing::warn!(
+                        reason = %why,
+                        suppressed,
+                        "peer connection refused: its certificate (logged at most every 10 s; \
+                         suppressed counts the refusals since the last line)"
+                    );
+                }
                 Err(Error::InvalidCertificate(
                     CertificateError::ApplicationVerificationFailure,
                 ))
