@@ -54,7 +54,8 @@ const EXTENSIONS: u8 = 0xa0;
 
 /// Whether `der` is a version 1 list: its to-be-signed part starts with
 /// the signature algorithm (a SEQUENCE) where version 2 has its version
-/// (an INTEGER), or (not DER, but seen) with a version INTEGER of 0.
+/// (an INTEGER), or with a version INTEGER of 0 (which DER forbids, but
+/// which costs nothing to accept).
 pub(super) fn is_version_1(der: &[u8]) -> bool {
     let tbs = expect(der, SEQUENCE).and_then(|(list, _)| expect(list, SEQUENCE));
     match tbs.and_then(|(tbs, _)| tlv(tbs)) {

@@ -152,3 +152,23 @@ fn entries_need_a_serial_and_a_date_and_may_carry_extensions() {
         assert!(e.contains("a revoked entry"), "{e}");
     }
 }
+
+#[test]
+fn an_explicit_version_0_is_read_as_version_1() {
+    let entry = el(
+        SEQUENCE,
+        &[el(INTEGER, &[5]), el(UTC_TIME, b"261201000000Z")].concat(),
+    );
+    let tbs = [
+        el(INTEGER, &[0]),
+        el(SEQUENCE, &[]),
+        el(SEQUENCE, &[]),
+        el(UTC_TIME, b"261201000000Z"),
+        el(SEQUENCE, &entry),
+    ]
+    .concat();
+    let list = [el(SEQUENCE, &tbs), el(SEQUENCE, &[]), el(BIT_STRING, &[0])].concat();
+    let list = el(SEQUENCE, &list);
+    assert!(is_version_1(&list));
+    assert!(V1List::parse(&list).unwrap().revokes(&[], &[5]));
+}

@@ -4,7 +4,8 @@
 //! a list changed on disk takes effect at the next reload without a
 //! restart; a file that is no list stops the start, naming flag and path.
 //! Version 1 lists (no `crlnumber` in the `openssl ca` configuration)
-//! work as version 2 ones do, as in etcd.
+//! work as version 2 ones do, as in etcd (etcd 3.4.23 checked by hand with
+//! a version 1 list made so: the revoked client refused, another served).
 //!
 //! Stock etcd 3.4, given the same certificates and lists, refuses and
 //! serves the same clients (checked by hand; `server/revocation.rs` says
