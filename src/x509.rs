@@ -75,6 +75,24 @@ pub(crate) fn common_name(der: &[u8]) -> Option<String> {
     cn
 }
 
+/// The issuer `Name` (the content of its SEQUENCE) and the serial number
+/// (the content of its INTEGER) of a DER certificate, as a revocation
+/// list names them: what a version 1 list is matched against
+/// (`server/crl_v1.rs`).
+pub(crate) fn issuer_and_serial(der: &[u8]) -> Option<(&[u8], &[u8])> {
+    let (cert, _) = expect(der, SEQUENCE)?;
+    let (tbs, _) = expect(cert, SEQUENCE)?;
+    let mut rest = tbs;
+    let (tag, _, after) = tlv(rest)?;
+    if tag == VERSION {
+        rest = after;
+    }
+    let (serial, rest) = expect(rest, INTEGER)?;
+    let (_signature, rest) = expect(rest, SEQUENCE)?;
+    let (issuer, _) = expect(rest, SEQUENCE)?;
+    Some((issuer, serial))
+}
+
 /// The serial number, validity and subject of a DER certificate.
 fn fields(der: &[u8]) -> Option<(&[u8], &[u8], &[u8])> {
     let (cert, _) = expect(der, SEQUENCE)?;

@@ -4,6 +4,7 @@
 
 mod accept;
 mod bootstrap;
+mod crl_v1;
 mod initial;
 mod limits;
 pub mod memory;

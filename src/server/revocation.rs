@@ -2,8 +2,14 @@
 //! that turn away a client (or connecting member) whose certificate they
 //! revoke, as etcd's flags of the same names do on its listeners.
 //!
-//! rustls' client certificate verifier does the checking (`tls.rs` hands it
-//! the lists parsed here); this module reads the file and logs refusals.
+//! rustls' client certificate verifier checks version 2 lists (RFC 5280;
+//! what `openssl ca` writes when its configuration names a `crlnumber`
+//! file, and what Go's and cfssl's tools write): `tls.rs` hands it the
+//! lists parsed here. rustls reads no version 1 lists (what `openssl ca
+//! -gencrl` writes without a `crlnumber` file), which etcd accepts;
+//! `crl_v1.rs` reads those and checks them after rustls has verified the
+//! chain. This module reads the file, sorts its lists by version and logs
+//! refusals of either kind.
 //! What a client sees matches etcd: a certificate whose serial a list of
 //! its issuer names is refused and the connection ends; any other
 //! certificate of the trusted CAs is served; a client without a
@@ -20,11 +26,11 @@
 //!   naming the flag and the file.
 //! * etcd compares serial numbers only, with the first list in the file,
 //!   without checking who signed it; ephd takes every list in the file and
-//!   applies one to a certificate only when it is signed by that
+//!   applies one to a certificate only when its issuer is that
 //!   certificate's issuer (a list of another CA revokes nothing of this
-//!   one). Lists must be version 2 (RFC 5280; what `openssl ca` writes when
-//!   its configuration names a `crlnumber` file, and what Go's and cfssl's
-//!   tools write); an expired list still counts, as in etcd.
+//!   one). rustls also verifies a version 2 list's signature with the
+//!   issuer's key; a version 1 list's is not verified, as in etcd
+//!   (`crl_v1.rs` says why). An expired list still counts, as in etcd.
 //! * Intermediate certificates the client sends are checked too (a list of
 //!   the root can revoke an intermediate), as etcd checks every certificate
 //!   the client sent.
@@ -36,6 +42,7 @@
 //!   they dial, so a revoked member's messages never arrive and the others
 //!   go on without it (CLUSTER.md, "Peer transport").
 
+use super::crl_v1::{self, V1List};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::path::Path;
@@ -50,15 +57,29 @@ use tokio_rustls::rustls::{
     CertificateError, DigitallySignedStruct, DistinguishedName, Error, SignatureScheme,
 };
 
+/// The lists of one `--client-crl-file` or `--peer-crl-file`, by version:
+/// rustls' verifier checks version 2 lists, [`crl_v1::RevokedV1`] version 1
+/// ones.
+#[derive(Debug, Default)]
+pub(super) struct Lists {
+    /// Version 2 lists, for rustls.
+    pub(super) v2: Vec<CertificateRevocationListDer<'static>>,
+    /// Version 1 lists, read here.
+    pub(super) v1: Vec<V1List>,
+}
+
+impl Lists {
+    /// How many lists are in force (the load log says it).
+    pub(super) fn len(&self) -> usize {
+        self.v2.len() + self.v1.len()
+    }
+}
+
 /// The revocation lists in `bytes` (the file `path`, named by `flag`):
 /// every PEM `X509 CRL` block, or the whole file as one DER list. Each is
 /// parsed here so that a bad file is refused with a message that says
 /// what is wrong with it.
-pub(super) fn parse(
-    bytes: &[u8],
-    flag: &str,
-    path: &Path,
-) -> Result<Vec<CertificateRevocationListDer<'static>>, String> {
+pub(super) fn parse(bytes: &[u8], flag: &str, path: &Path) -> Result<Lists, String> {
     let at = || format!("{flag} {}", path.display());
     let looks_pem = bytes.windows(11).any(|w| w == b"-----BEGIN ");
     let crls = if looks_pem {
@@ -74,44 +95,35 @@ pub(super) fn parse(
             at()
         ));
     }
-    for (i, crl) in crls.iter().enumerate() {
-        webpki::OwnedCertRevocationList::from_der(crl.as_ref()).map_err(|e| {
-            let which = if crls.len() > 1 {
-                format!(" (list {} of {})", i + 1, crls.len())
+    let count = crls.len();
+    let mut lists = Lists::default();
+    for (i, crl) in crls.into_iter().enumerate() {
+        let which = || {
+            if count > 1 {
+                format!(" (list {} of {count})", i + 1)
             } else {
                 String::new()
-            };
-            let why = if is_version_1(crl.as_ref()) {
-                VERSION_1.to_string()
-            } else {
-                why(&e)
-            };
-            format!("{}{which}: {why}", at())
-        })?;
+            }
+        };
+        if crl_v1::is_version_1(crl.as_ref()) {
+            let list =
+                V1List::parse(crl.as_ref()).map_err(|why| format!("{}{}: {why}", at(), which()))?;
+            lists.v1.push(list);
+        } else {
+            webpki::OwnedCertRevocationList::from_der(crl.as_ref())
+                .map_err(|e| format!("{}{}: {}", at(), which(), why(&e)))?;
+            lists.v2.push(crl);
+        }
     }
-    Ok(crls)
-}
-
-/// Why a version 1 list is refused, and how to get a version 2 one.
-const VERSION_1: &str = "a version 1 certificate revocation list; ephd needs version 2 \
-     (openssl ca writes version 2 when its configuration names a crlnumber file)";
-
-/// Whether `der` is a version 1 list: its to-be-signed part starts with
-/// the signature algorithm (a SEQUENCE) where version 2 has its version
-/// (an INTEGER). webpki only says such a list does not parse.
-fn is_version_1(der: &[u8]) -> bool {
-    const SEQUENCE: u8 = 0x30;
-    let tbs = crate::der::expect(der, SEQUENCE).and_then(|(list, _)| crate::der::tlv(list));
-    match tbs {
-        Some((SEQUENCE, tbs, _)) => crate::der::tlv(tbs).is_some_and(|(tag, _, _)| tag == SEQUENCE),
-        _ => false,
-    }
+    Ok(lists)
 }
 
 /// What is wrong with a list that does not parse, in an operator's words.
 fn why(e: &webpki::Error) -> String {
     match e {
-        webpki::Error::UnsupportedCrlVersion => VERSION_1.to_string(),
+        webpki::Error::UnsupportedCrlVersion => {
+            "a certificate revocation list of a version other than 1 or 2".to_string()
+        }
         webpki::Error::BadDer | webpki::Error::BadDerTime | webpki::Error::TrailingData(_) => {
             "not a certificate revocation list (it does not parse as one)".to_string()
         }
@@ -124,8 +136,9 @@ fn why(e: &webpki::Error) -> String {
 /// minute (with the count since) says as much as thousands.
 const REPEAT_REFUSAL: Duration = Duration::from_secs(60);
 
-/// rustls' client certificate verifier, logging the certificates it
-/// refuses because a revocation list names them (etcd logs each such
+/// rustls' client certificate verifier (with [`crl_v1::RevokedV1`] when
+/// there are version 1 lists), logging the certificates it refuses
+/// because a revocation list names them (etcd logs each such
 /// refusal too, ephd once a minute per certificate); otherwise exactly
 /// the verifier it wraps.
 #[derive(Debug)]
@@ -247,27 +260,46 @@ mod tests {
     const V2_PEM: &[u8] = include_bytes!("testdata/crl-v2.pem");
     const V2_DER: &[u8] = include_bytes!("testdata/crl-v2.der");
     const V1_PEM: &[u8] = include_bytes!("testdata/crl-v1.pem");
+    /// A version 1 list revoking two serials (`crl_v1_tests.rs`).
+    const V1_REVOKING_PEM: &[u8] = include_bytes!("testdata/crl-v1-revoking.pem");
 
     #[test]
     fn pem_lists_one_or_more_and_a_der_list_load() {
-        assert_eq!(parsed(V2_PEM), Ok(1));
-        assert_eq!(parsed(V2_DER), Ok(1));
+        assert_eq!(parsed(V2_PEM), Ok((1, 0)));
+        assert_eq!(parsed(V2_DER), Ok((1, 0)));
         let two = [V2_PEM, V2_PEM].concat();
-        assert_eq!(parsed(&two), Ok(2));
+        assert_eq!(parsed(&two), Ok((2, 0)));
     }
 
     #[test]
-    fn a_version_1_list_is_refused_saying_how_to_get_version_2() {
-        let e = parsed(V1_PEM).unwrap_err();
-        assert!(e.contains("version 1 certificate revocation list"), "{e}");
-        assert!(e.contains("crlnumber"), "{e}");
-        let mixed = [V2_PEM, V1_PEM].concat();
-        let e = parsed(&mixed).unwrap_err();
-        assert!(e.contains("(list 2 of 2): a version 1"), "{e}");
+    fn version_1_lists_load_alone_and_mixed_with_version_2() {
+        assert_eq!(parsed(V1_PEM), Ok((0, 1)));
+        let mixed = [V2_PEM, V1_PEM, V1_REVOKING_PEM].concat();
+        assert_eq!(parsed(&mixed), Ok((1, 2)));
+        // DER, as `openssl crl -outform der` writes it.
+        let der = CertificateRevocationListDer::from_pem_slice(V1_PEM).unwrap();
+        assert_eq!(parsed(der.as_ref()), Ok((0, 1)));
     }
 
-    fn parsed(bytes: &[u8]) -> Result<usize, String> {
-        parse(bytes, "--client-crl-file", Path::new("/x/crl.pem")).map(|c| c.len())
+    #[test]
+    fn a_version_1_list_that_does_not_parse_names_the_flag_path_and_part() {
+        let der = CertificateRevocationListDer::from_pem_slice(V1_REVOKING_PEM).unwrap();
+        // The serial 0A1B2C of its second entry made an OCTET STRING.
+        let serial = [0x02, 0x03, 0x0a, 0x1b, 0x2c];
+        let mut broken = der.as_ref().to_vec();
+        let at = broken.windows(5).position(|w| w == serial).unwrap();
+        broken[at] = 0x04;
+        let e = parsed(&broken).unwrap_err();
+        assert_eq!(
+            e,
+            "--client-crl-file /x/crl.pem: not a certificate revocation list \
+             (a revoked entry does not parse)"
+        );
+    }
+
+    /// How many version 2 and version 1 lists `bytes` holds.
+    fn parsed(bytes: &[u8]) -> Result<(usize, usize), String> {
+        parse(bytes, "--client-crl-file", Path::new("/x/crl.pem")).map(|c| (c.v2.len(), c.v1.len()))
     }
 
     #[test]

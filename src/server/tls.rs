@@ -24,6 +24,7 @@
 //! client cannot resume a session that was authenticated under the previous
 //! CA bundle, so removing a CA takes effect for new connections at once.
 
+use super::crl_v1::RevokedV1;
 use super::peer_identity::AllowedPeer;
 use super::revocation::{self, LogRevoked};
 use crate::config::{Config, PeerTls};
@@ -214,7 +215,7 @@ impl Files {
             .map_err(|e| format!("TLS settings: {e}"))?;
         let crls = match (&self.crl, &contents.crl) {
             (Some(path), Some(bytes)) => revocation::parse(bytes, self.flags.crl, path)?,
-            _ => Vec::new(),
+            _ => revocation::Lists::default(),
         };
         let crl_count = crls.len();
         let (builder, trusted_cas) = match (&self.ca, &contents.ca) {
@@ -241,10 +242,12 @@ impl Files {
                 // A certificate no list speaks for (its issuer published
                 // none) is served, as etcd serves every serial its list
                 // does not name.
-                let verifier = if crls.is_empty() {
+                let verifier = if crls.v2.is_empty() {
                     verifier
                 } else {
-                    verifier.with_crls(crls).allow_unknown_revocation_status()
+                    verifier
+                        .with_crls(crls.v2)
+                        .allow_unknown_revocation_status()
                 };
                 let verifier = verifier.build().map_err(|e| match (&e, &self.crl) {
                     (rustls::server::VerifierBuilderError::InvalidCrl(_), Some(crl)) => {
@@ -252,6 +255,13 @@ impl Files {
                     }
                     _ => format!("{} {}: {e}", self.flags.ca, path.display()),
                 })?;
+                // Version 1 lists, which rustls does not read, are
+                // checked once it has verified the chain.
+                let verifier = if crls.v1.is_empty() {
+                    verifier
+                } else {
+                    RevokedV1::wrap(verifier, crls.v1)
+                };
                 let verifier = if crl_count > 0 {
                     LogRevoked::wrap(verifier, self.flags.crl)
                 } else {

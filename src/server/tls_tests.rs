@@ -261,3 +261,97 @@ async fn a_silent_peer_holds_up_no_one_and_is_dropped_after_the_timeout() {
         "closed by the timeout, not at once"
     );
 }
+
+/// A peer listener's reloader (`--peer-*` files in a temporary directory)
+/// whose members are certified by `crl-v1-ca.crt` and whose
+/// `--peer-crl-file` starts as the version 1 list `crl-v1-revoking.pem`,
+/// revoking `crl-v1-revoked.crt` but not `crl-v1-served.crt`.
+fn peer_fixture() -> (tempfile::TempDir, Reloader) {
+    let dir = tempfile::tempdir().unwrap();
+    let write =
+        |name: &str, content: &[u8]| std::fs::write(dir.path().join(name), content).unwrap();
+    write("peer.crt", CERT_A.as_bytes());
+    write("peer.key", KEY_A.as_bytes());
+    write("peer-ca.crt", include_bytes!("testdata/crl-v1-ca.crt"));
+    write("peer.crl", include_bytes!("testdata/crl-v1-revoking.pem"));
+    let peer = PeerTls {
+        cert: dir.path().join("peer.crt"),
+        key: dir.path().join("peer.key"),
+        ca: dir.path().join("peer-ca.crt"),
+        client_cert_auth: true,
+        allowed: None,
+        crl: Some(dir.path().join("peer.crl")),
+    };
+    let reloader = Reloader::for_peers(&peer).expect("a version 1 list loads");
+    (dir, reloader)
+}
+
+/// Whether the listener `live` accepts a member presenting `cert`/`key`
+/// (PEM): the server side's verdict on the handshake.
+async fn accepts_member(live: &Live, cert: &[u8], key: &[u8]) -> bool {
+    let mut roots = RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(CA.as_bytes()).unwrap())
+        .unwrap();
+    let chain = vec![CertificateDer::from_pem_slice(cert).unwrap()];
+    let key = PrivateKeyDer::from_pem_slice(key).unwrap();
+    let client = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_client_auth_cert(chain, key)
+    .unwrap();
+    let (client_io, server_io) = tokio::io::duplex(64 * 1024);
+    let acceptor = TlsAcceptor::from(live.current());
+    let server = tokio::spawn(async move { acceptor.accept(server_io).await.map(|_| ()) });
+    let client = TlsConnector::from(Arc::new(client))
+        .connect(ServerName::try_from("localhost").unwrap(), client_io);
+    // TLS 1.3: the client may finish before the server judges its
+    // certificate; the server's side is the verdict. Keep the client alive
+    // until the server has decided.
+    let (_client, server) = tokio::join!(client, server);
+    server.unwrap().is_ok()
+}
+
+#[tokio::test]
+async fn a_version_1_peer_list_refuses_its_member_and_reloads_like_a_version_2_one() {
+    const REVOKED: (&[u8], &[u8]) = (
+        include_bytes!("testdata/crl-v1-revoked.crt"),
+        include_bytes!("testdata/crl-v1-revoked.key"),
+    );
+    const SERVED: (&[u8], &[u8]) = (
+        include_bytes!("testdata/crl-v1-served.crt"),
+        include_bytes!("testdata/crl-v1-served.key"),
+    );
+    let (dir, mut reloader) = peer_fixture();
+    let live = reloader.live();
+    assert!(
+        !accepts_member(&live, REVOKED.0, REVOKED.1).await,
+        "revoked"
+    );
+    assert!(
+        accepts_member(&live, SERVED.0, SERVED.1).await,
+        "same CA, not listed"
+    );
+
+    // A file that is no list keeps the version 1 list in force.
+    std::fs::write(dir.path().join("peer.crl"), "garbage\n").unwrap();
+    assert!(!reloader.reload(Trigger::Poll));
+    let failure = reloader.failure.as_ref().map(|(e, _)| e.clone());
+    assert!(failure.is_some_and(|e| e.contains("--peer-crl-file")));
+    assert!(
+        !accepts_member(&live, REVOKED.0, REVOKED.1).await,
+        "still revoked"
+    );
+
+    // A version 1 list revoking nothing lifts it at the reload.
+    std::fs::write(
+        dir.path().join("peer.crl"),
+        include_bytes!("testdata/crl-v1.pem"),
+    )
+    .unwrap();
+    assert!(reloader.reload(Trigger::Poll));
+    assert!(accepts_member(&live, REVOKED.0, REVOKED.1).await, "lifted");
+}
