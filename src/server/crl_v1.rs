@@ -24,6 +24,12 @@
 //!   check would refuse, again, a file etcd uses, the very migration this
 //!   module is for.
 //!
+//! Version 2 lists signed with an algorithm rustls cannot verify (SHA-1,
+//! which old `openssl ca` set-ups also use with a `crlnumber` file) are
+//! read here too ([`signature_verifiable`]): given to rustls, such a list
+//! makes every certificate of its issuer fail, revoked or not, where etcd
+//! checks the serials.
+//!
 //! The list applies only to certificates whose issuer name is the list's
 //! issuer (compared as DER, as rustls compares them for version 2 lists),
 //! where etcd compares serial numbers alone: a list of another CA revokes
@@ -65,7 +71,34 @@ pub(super) fn is_version_1(der: &[u8]) -> bool {
     }
 }
 
-/// The serial numbers a version 1 list revokes, and whose they are.
+/// Signature algorithms rustls verifies a version 2 list with, as the DER
+/// of their OIDs: RSA PKCS#1 with SHA-256/384/512, RSA-PSS, ECDSA with
+/// SHA-256/384, Ed25519.
+const VERIFIABLE: &[&[u8]] = &[
+    &[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x0b],
+    &[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x0c],
+    &[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x0d],
+    &[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x0a],
+    &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04, 0x03, 0x02],
+    &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04, 0x03, 0x03],
+    &[0x2b, 0x65, 0x70],
+];
+
+/// DER tag of an OBJECT IDENTIFIER.
+const OID: u8 = 0x06;
+
+/// Whether the list `der` is signed with an algorithm rustls verifies;
+/// false for anything else (SHA-1 above all) and for what does not parse.
+pub(super) fn signature_verifiable(der: &[u8]) -> bool {
+    let algorithm = expect(der, SEQUENCE)
+        .and_then(|(list, _)| expect(list, SEQUENCE))
+        .and_then(|(_tbs, rest)| expect(rest, SEQUENCE))
+        .and_then(|(algorithm, _)| expect(algorithm, OID));
+    algorithm.is_some_and(|(oid, _)| VERIFIABLE.contains(&oid))
+}
+
+/// The serial numbers a list revokes, and whose they are: a version 1
+/// list, or a version 2 one rustls cannot verify.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct V1List {
     /// The issuer `Name`, the content of its SEQUENCE.
@@ -91,7 +124,8 @@ impl V1List {
             _ => return Err(bad("its signature")),
         }
         let mut rest = tbs;
-        if let Some((INTEGER, [0], after)) = tlv(rest) {
+        // Version 1 omits it (or spells out 0); version 2 says 1.
+        if let Some((INTEGER, [0] | [1], after)) = tlv(rest) {
             rest = after;
         }
         let (_algorithm, rest) = expect(rest, SEQUENCE).ok_or_else(|| bad("its algorithm"))?;

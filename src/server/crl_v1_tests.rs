@@ -13,6 +13,11 @@ const V2_PEM: &[u8] = include_bytes!("testdata/crl-v2.pem");
 const CA: &[u8] = include_bytes!("testdata/crl-v1-ca.crt");
 const REVOKED: &[u8] = include_bytes!("testdata/crl-v1-revoked.crt");
 const SERVED: &[u8] = include_bytes!("testdata/crl-v1-served.crt");
+/// A version 2 list signed with SHA-1 (`openssl ca -gencrl` with a
+/// crlnumber file and `default_md = sha1`, RSA 2048, the CA key thrown
+/// away), revoking serial 2A: `crl-v2-sha1-revoked.crt`.
+const V2_SHA1_PEM: &[u8] = include_bytes!("testdata/crl-v2-sha1.pem");
+const V2_SHA1_REVOKED: &[u8] = include_bytes!("testdata/crl-v2-sha1-revoked.crt");
 /// A certificate of another CA (`CN=ephd-unit-test-ca`).
 const OTHER_CA: &[u8] = include_bytes!("testdata/server-a.crt");
 
@@ -171,4 +176,19 @@ fn an_explicit_version_0_is_read_as_version_1() {
     let list = el(SEQUENCE, &list);
     assert!(is_version_1(&list));
     assert!(V1List::parse(&list).unwrap().revokes(&[], &[5]));
+}
+
+#[test]
+fn a_version_2_list_rustls_cannot_verify_is_read_for_its_serials() {
+    let sha1 = der(V2_SHA1_PEM);
+    assert!(!is_version_1(&sha1));
+    assert!(!signature_verifiable(&sha1), "SHA-1");
+    assert!(signature_verifiable(&der(V2_PEM)), "ECDSA with SHA-256");
+    assert!(!signature_verifiable(b"garbage"));
+    let list = V1List::parse(&sha1).expect("a version 2 list reads too");
+    assert!(list.revokes_cert(&cert(V2_SHA1_REVOKED)));
+    assert!(
+        !list.revokes_cert(&cert(REVOKED)),
+        "another issuer's serial"
+    );
 }

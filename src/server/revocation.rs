@@ -64,7 +64,8 @@ use tokio_rustls::rustls::{
 pub(super) struct Lists {
     /// Version 2 lists, for rustls.
     pub(super) v2: Vec<CertificateRevocationListDer<'static>>,
-    /// Version 1 lists, read here.
+    /// Version 1 lists, and version 2 ones rustls cannot verify, read
+    /// here.
     pub(super) v1: Vec<V1List>,
 }
 
@@ -112,7 +113,20 @@ pub(super) fn parse(bytes: &[u8], flag: &str, path: &Path) -> Result<Lists, Stri
         } else {
             webpki::OwnedCertRevocationList::from_der(crl.as_ref())
                 .map_err(|e| format!("{}{}: {}", at(), which(), why(&e)))?;
-            lists.v2.push(crl);
+            if crl_v1::signature_verifiable(crl.as_ref()) {
+                lists.v2.push(crl);
+            } else {
+                // rustls would fail every certificate of its issuer.
+                let list = V1List::parse(crl.as_ref())
+                    .map_err(|why| format!("{}{}: {why}", at(), which()))?;
+                tracing::warn!(
+                    "{}{}: signed with an algorithm ephd cannot verify (SHA-1?); its serial \
+                     numbers are checked without its signature, as etcd checks them",
+                    at(),
+                    which()
+                );
+                lists.v1.push(list);
+            }
         }
     }
     Ok(lists)
@@ -300,6 +314,18 @@ mod tests {
     /// How many version 2 and version 1 lists `bytes` holds.
     fn parsed(bytes: &[u8]) -> Result<(usize, usize), String> {
         parse(bytes, "--client-crl-file", Path::new("/x/crl.pem")).map(|c| (c.v2.len(), c.v1.len()))
+    }
+
+    #[test]
+    fn a_version_2_list_signed_with_sha1_is_read_for_its_serials() {
+        let sha1 = include_bytes!("testdata/crl-v2-sha1.pem");
+        assert_eq!(parsed(sha1), Ok((0, 1)));
+        let v2 = include_bytes!("testdata/crl-v2.pem");
+        assert_eq!(
+            parsed(v2),
+            Ok((1, 0)),
+            "ECDSA with SHA-256: rustls checks it"
+        );
     }
 
     #[test]
