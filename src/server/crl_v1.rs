@@ -40,12 +40,11 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use tokio_rustls::rustls::client::danger::HandshakeSignatureValid;
-use tokio_rustls::rustls::pki_types::{CertificateDer, UnixTime};
+use tokio_rustls::rustls::pki_types::CertificateDer;
 use tokio_rustls::rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
-use tokio_rustls::rustls::{
-    CertificateError, DigitallySignedStruct, DistinguishedName, Error, SignatureScheme,
-};
+use tokio_rustls::rustls::{CertificateError, Error};
+
+use super::layered::{layer, ClientCheck};
 
 use crate::der::{expect, optional, tlv};
 
@@ -186,44 +185,32 @@ fn time(input: &[u8]) -> Option<&[u8]> {
     }
 }
 
-/// rustls' client certificate verifier, plus the version 1 lists: a
+/// The version 1 lists, checked after rustls' verifier (`layered.rs`): a
 /// certificate that passes the chain checks is refused, as a revoked one,
 /// when one of the lists names it or a certificate sent with it.
 #[derive(Debug)]
 pub(super) struct RevokedV1 {
-    inner: Arc<dyn ClientCertVerifier>,
     lists: Vec<V1List>,
 }
 
 impl RevokedV1 {
     /// Wraps `inner` so that it also applies `lists`.
-    pub(super) fn wrap(inner: Arc<dyn ClientCertVerifier>, lists: Vec<V1List>) -> Arc<Self> {
-        Arc::new(RevokedV1 { inner, lists })
+    pub(super) fn wrap(
+        inner: Arc<dyn ClientCertVerifier>,
+        lists: Vec<V1List>,
+    ) -> Arc<dyn ClientCertVerifier> {
+        layer(inner, RevokedV1 { lists })
     }
 }
 
-impl ClientCertVerifier for RevokedV1 {
-    fn offer_client_auth(&self) -> bool {
-        self.inner.offer_client_auth()
-    }
-
-    fn client_auth_mandatory(&self) -> bool {
-        self.inner.client_auth_mandatory()
-    }
-
-    fn root_hint_subjects(&self) -> &[DistinguishedName] {
-        self.inner.root_hint_subjects()
-    }
-
-    fn verify_client_cert(
+impl ClientCheck for RevokedV1 {
+    fn check(
         &self,
         end_entity: &CertificateDer<'_>,
         intermediates: &[CertificateDer<'_>],
-        now: UnixTime,
+        below: Result<ClientCertVerified, Error>,
     ) -> Result<ClientCertVerified, Error> {
-        let verified = self
-            .inner
-            .verify_client_cert(end_entity, intermediates, now)?;
+        let verified = below?;
         let mut sent =
             std::iter::once(end_entity.as_ref()).chain(intermediates.iter().map(|c| c.as_ref()));
         let revoked = sent.any(|cert| self.lists.iter().any(|list| list.revokes_cert(cert)));
@@ -231,28 +218,6 @@ impl ClientCertVerifier for RevokedV1 {
             return Err(Error::InvalidCertificate(CertificateError::Revoked));
         }
         Ok(verified)
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, Error> {
-        self.inner.verify_tls12_signature(message, cert, dss)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, Error> {
-        self.inner.verify_tls13_signature(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.inner.supported_verify_schemes()
     }
 }
 

@@ -6,6 +6,7 @@ mod accept;
 mod bootstrap;
 mod crl_v1;
 mod initial;
+mod layered;
 mod limits;
 pub mod memory;
 mod peer_identity;

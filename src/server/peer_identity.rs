@@ -13,21 +13,20 @@ use crate::metrics::warnings::RateLimit;
 use crate::peer_allowed::check;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio_rustls::rustls::client::danger::HandshakeSignatureValid;
-use tokio_rustls::rustls::pki_types::{CertificateDer, UnixTime};
+use tokio_rustls::rustls::pki_types::CertificateDer;
 use tokio_rustls::rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
-use tokio_rustls::rustls::{
-    CertificateError, DigitallySignedStruct, DistinguishedName, Error, SignatureScheme,
-};
+use tokio_rustls::rustls::{CertificateError, Error};
+
+use super::layered::{layer, ClientCheck};
 
 /// How often a refusal is logged: a refused member dials again several
 /// times a second.
 const REPEAT_REFUSAL: Duration = Duration::from_secs(10);
 
-/// rustls' client certificate verifier, plus the allowed name.
+/// The allowed name, checked once the verifier below has verified the
+/// chain.
 #[derive(Debug)]
 pub(super) struct AllowedPeer {
-    inner: Arc<dyn ClientCertVerifier>,
     allowed: PeerAllowed,
     /// When this verifier was built: the origin of `refusals`' clock.
     origin: Instant,
@@ -36,38 +35,29 @@ pub(super) struct AllowedPeer {
 
 impl AllowedPeer {
     /// Wraps `inner` so that it also requires `allowed`.
-    pub(super) fn wrap(inner: Arc<dyn ClientCertVerifier>, allowed: PeerAllowed) -> Arc<Self> {
-        Arc::new(AllowedPeer {
+    pub(super) fn wrap(
+        inner: Arc<dyn ClientCertVerifier>,
+        allowed: PeerAllowed,
+    ) -> Arc<dyn ClientCertVerifier> {
+        layer(
             inner,
-            allowed,
-            origin: Instant::now(),
-            refusals: RateLimit::new(REPEAT_REFUSAL),
-        })
+            AllowedPeer {
+                allowed,
+                origin: Instant::now(),
+                refusals: RateLimit::new(REPEAT_REFUSAL),
+            },
+        )
     }
 }
 
-impl ClientCertVerifier for AllowedPeer {
-    fn offer_client_auth(&self) -> bool {
-        self.inner.offer_client_auth()
-    }
-
-    fn client_auth_mandatory(&self) -> bool {
-        self.inner.client_auth_mandatory()
-    }
-
-    fn root_hint_subjects(&self) -> &[DistinguishedName] {
-        self.inner.root_hint_subjects()
-    }
-
-    fn verify_client_cert(
+impl ClientCheck for AllowedPeer {
+    fn check(
         &self,
         end_entity: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        now: UnixTime,
+        _intermediates: &[CertificateDer<'_>],
+        below: Result<ClientCertVerified, Error>,
     ) -> Result<ClientCertVerified, Error> {
-        let verified = self
-            .inner
-            .verify_client_cert(end_entity, intermediates, now)?;
+        let verified = below?;
         match check(end_entity, &self.allowed) {
             Ok(()) => Ok(verified),
             Err(why) => {
@@ -84,27 +74,5 @@ impl ClientCertVerifier for AllowedPeer {
                 ))
             }
         }
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, Error> {
-        self.inner.verify_tls12_signature(message, cert, dss)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, Error> {
-        self.inner.verify_tls13_signature(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.inner.supported_verify_schemes()
     }
 }

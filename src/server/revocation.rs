@@ -43,19 +43,17 @@
 //!   go on without it (CLUSTER.md, "Peer transport").
 
 use super::crl_v1::{self, V1List};
+use super::layered::{layer, ClientCheck};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio_rustls::rustls::client::danger::HandshakeSignatureValid;
 use tokio_rustls::rustls::pki_types::{
-    pem::PemObject, CertificateDer, CertificateRevocationListDer, UnixTime,
+    pem::PemObject, CertificateDer, CertificateRevocationListDer,
 };
 use tokio_rustls::rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
-use tokio_rustls::rustls::{
-    CertificateError, DigitallySignedStruct, DistinguishedName, Error, SignatureScheme,
-};
+use tokio_rustls::rustls::{CertificateError, Error};
 
 /// The lists of one `--client-crl-file` or `--peer-crl-file`, by version:
 /// rustls' verifier checks version 2 lists, [`crl_v1::RevokedV1`] version 1
@@ -150,14 +148,12 @@ fn why(e: &webpki::Error) -> String {
 /// minute (with the count since) says as much as thousands.
 const REPEAT_REFUSAL: Duration = Duration::from_secs(60);
 
-/// rustls' client certificate verifier (with [`crl_v1::RevokedV1`] when
-/// there are version 1 lists), logging the certificates it refuses
-/// because a revocation list names them (etcd logs each such
-/// refusal too, ephd once a minute per certificate); otherwise exactly
-/// the verifier it wraps.
+/// Logs the certificates the verifier below (rustls', with
+/// [`crl_v1::RevokedV1`] when there are version 1 lists) refuses because a
+/// revocation list names them (etcd logs each such refusal too, ephd once
+/// a minute per certificate); changes no result (`layered.rs`).
 #[derive(Debug)]
 pub(super) struct LogRevoked {
-    inner: Arc<dyn ClientCertVerifier>,
     /// The flag of the lists, for the log line.
     flag: &'static str,
     /// Per refused serial: when it was last logged, and refusals not
@@ -167,12 +163,17 @@ pub(super) struct LogRevoked {
 
 impl LogRevoked {
     /// Wraps `inner`, whose lists came from `flag`.
-    pub(super) fn wrap(inner: Arc<dyn ClientCertVerifier>, flag: &'static str) -> Arc<Self> {
-        Arc::new(LogRevoked {
+    pub(super) fn wrap(
+        inner: Arc<dyn ClientCertVerifier>,
+        flag: &'static str,
+    ) -> Arc<dyn ClientCertVerifier> {
+        layer(
             inner,
-            flag,
-            logged: Mutex::new(HashMap::new()),
-        })
+            LogRevoked {
+                flag,
+                logged: Mutex::new(HashMap::new()),
+            },
+        )
     }
 
     /// Logs the refusal of `cert`, unless it was logged less than
@@ -214,54 +215,17 @@ impl LogRevoked {
     }
 }
 
-impl ClientCertVerifier for LogRevoked {
-    fn offer_client_auth(&self) -> bool {
-        self.inner.offer_client_auth()
-    }
-
-    fn client_auth_mandatory(&self) -> bool {
-        self.inner.client_auth_mandatory()
-    }
-
-    fn root_hint_subjects(&self) -> &[DistinguishedName] {
-        self.inner.root_hint_subjects()
-    }
-
-    fn verify_client_cert(
+impl ClientCheck for LogRevoked {
+    fn check(
         &self,
         end_entity: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        now: UnixTime,
+        _intermediates: &[CertificateDer<'_>],
+        below: Result<ClientCertVerified, Error>,
     ) -> Result<ClientCertVerified, Error> {
-        let verified = self
-            .inner
-            .verify_client_cert(end_entity, intermediates, now);
-        if let Err(Error::InvalidCertificate(CertificateError::Revoked)) = &verified {
+        if let Err(Error::InvalidCertificate(CertificateError::Revoked)) = &below {
             self.refused(end_entity);
         }
-        verified
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, Error> {
-        self.inner.verify_tls12_signature(message, cert, dss)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, Error> {
-        self.inner.verify_tls13_signature(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.inner.supported_verify_schemes()
+        below
     }
 }
 

@@ -10,7 +10,9 @@
 //! which side of it a run falls on depends on who won the election and how
 //! long it took. The write's fate is
 //! unknown (stock etcd sometimes commits it after all); it is applied at
-//! most once, the same on every member.
+//! most once, the same on every member. A loaded machine can spoil the
+//! set-up (an election before the stop, a write that arrives after the
+//! follower lost its leader); the scenario is then set up again.
 
 use std::time::{Duration, Instant};
 
@@ -102,17 +104,44 @@ fn signal(pid: u32, sig: i32) {
     assert_eq!(unsafe { libc::kill(pid as i32, sig) }, 0);
 }
 
-/// Runs the scenario and checks the answer by etcd's rule; returns the
-/// answer and whether the follower became the leader.
+/// How many times the scenario may be set up again when a loaded machine
+/// spoiled it (see [`lose_a_forwarded_write`]).
+const ATTEMPTS: usize = 3;
+
+/// Runs the scenario until it is not spoiled; the answer and whether the
+/// follower became the leader.
 async fn lose_a_forwarded_write(endpoints: &[String], pids: &[u32]) -> (String, bool) {
+    for attempt in 1..=ATTEMPTS {
+        if let Some(outcome) = attempt_to_lose_a_forwarded_write(endpoints, pids, attempt).await {
+            return outcome;
+        }
+        eprintln!("attempt {attempt} spoiled by the machine's load; setting it up again");
+    }
+    panic!("the scenario was spoiled {ATTEMPTS} times in a row");
+}
+
+/// Runs the scenario once and checks the answer by etcd's rule; `None`
+/// when it could not happen as intended, on etcd and ephd alike: the
+/// member stopped was no longer the leader (an election on a loaded
+/// machine came between; a new leader is then seen at once, where an
+/// election after the stop takes at least an election timeout), or the write reached the follower only once it had lost its
+/// leader (it then waits for the new leader and commits, as in etcd).
+async fn attempt_to_lose_a_forwarded_write(
+    endpoints: &[String],
+    pids: &[u32],
+    attempt: usize,
+) -> Option<(String, bool)> {
     let (li, old_leader) = leader(endpoints).await;
     let follower = &endpoints[(li + 1) % endpoints.len()];
-    put(follower, "before").await;
+    let lost_key = format!("lost-{attempt}");
+    let after_key = format!("after-{attempt}");
+    put(follower, &format!("before-{attempt}")).await;
     let mut kv = KvClient::new(patient(follower).await);
 
     signal(pids[li], libc::SIGSTOP);
     let started = Instant::now();
-    let write = tokio::spawn(async move { kv.put(put_req("lost")).await });
+    let key = lost_key.clone();
+    let write = tokio::spawn(async move { kv.put(put_req(&key)).await });
     // When the follower became the new leader's follower or the new leader,
     // as its Status says: after `not_before` (a poll sent then did not see
     // it yet) and by `seen` (the poll that saw it had returned). Polls under
@@ -134,6 +163,10 @@ async fn lose_a_forwarded_write(endpoints: &[String], pids: &[u32]) -> (String, 
     let answer = write.await.unwrap();
     let took = started.elapsed();
     signal(pids[li], libc::SIGCONT);
+    if seen < ELECTION / 2 || answer.is_ok() {
+        eprintln!("new leader seen after {seen:?}; the write answered {answer:?}");
+        return None;
+    }
     let e = answer.expect_err("the forwarded write cannot be acknowledged");
     assert!(
         took >= REQUEST_TIMEOUT - Duration::from_millis(100),
@@ -165,7 +198,7 @@ async fn lose_a_forwarded_write(endpoints: &[String], pids: &[u32]) -> (String, 
     // was proposed once: stock etcd sometimes commits it after all).
     let (_, new_leader) = leader(endpoints).await;
     assert_ne!(new_leader, old_leader);
-    put(follower, "after").await;
+    put(follower, &after_key).await;
     let mut fates = Vec::new();
     for (i, endpoint) in endpoints.iter().enumerate() {
         let mut c = KvClient::new(patient(endpoint).await);
@@ -176,19 +209,19 @@ async fn lose_a_forwarded_write(endpoints: &[String], pids: &[u32]) -> (String, 
             ..Default::default()
         };
         while !c
-            .range(get("after", false))
+            .range(get(&after_key, false))
             .await
             .is_ok_and(|r| r.into_inner().count == 1)
         {
             assert!(Instant::now() < deadline, "member {i} did not catch up");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        let lost = c.range(get("lost", true)).await.unwrap().into_inner();
+        let lost = c.range(get(&lost_key, true)).await.unwrap().into_inner();
         fates.push(lost.kvs);
     }
     assert!(fates.iter().all(|f| *f == fates[0]), "{fates:?}");
     assert!(fates[0].iter().all(|kv| kv.version == 1), "{fates:?}");
-    (e.message().to_string(), follower_leads)
+    Some((e.message().to_string(), follower_leads))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

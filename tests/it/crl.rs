@@ -382,7 +382,10 @@ async fn a_member_with_a_revoked_peer_certificate_cannot_take_part_until_the_lis
     // write it forwarded while its connections were being refused times
     // out (as in etcd); a client retries.
     replace(dir, "empty.crl", "peer.crl");
-    let deadline = Instant::now() + PICKUP;
+    // Each write refused on the way times out after the request timeout
+    // (7 s), and m2's connections come back one by one: more than PICKUP
+    // on a loaded machine.
+    let deadline = Instant::now() + 3 * PICKUP;
     let rev = loop {
         let sent = tokio::time::timeout(Duration::from_secs(10), kv.put(req.clone())).await;
         match sent {
