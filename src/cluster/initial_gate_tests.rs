@@ -82,7 +82,8 @@ async fn until(what: &str, mut cond: impl FnMut() -> bool) {
     }
 }
 
-fn put(key: &'static str) -> Entry {
+/// A put of `key` (value `v`).
+pub(super) fn put(key: &'static str) -> Entry {
     Entry::Put(PutRequest {
         key: Bytes::from_static(key.as_bytes()),
         value: Bytes::from_static(b"v"),
@@ -90,7 +91,8 @@ fn put(key: &'static str) -> Entry {
     })
 }
 
-fn revision(applied: Applied) -> i64 {
+/// The revision a put was applied at.
+pub(super) fn revision(applied: Applied) -> i64 {
     match applied {
         Applied::Put(p) => p.revision,
         other => panic!("a put applied as {other:?}"),

@@ -5,30 +5,13 @@
 //! write whose request has gone is dropped, never proposed, and a member
 //! that stops answers the writes still waiting for a leader at once.
 
-use super::initial_gate_tests::solo;
+use super::initial_gate_tests::{put, revision, solo};
 use crate::error::Error;
-use crate::mvcc::{Applied, Entry, PutRequest};
-use bytes::Bytes;
 use std::time::Duration;
 use tokio::time::Instant;
 
 const HEARTBEAT: Duration = Duration::from_millis(100);
 const ELECTION: Duration = Duration::from_millis(1000);
-
-fn put(key: &'static str) -> Entry {
-    Entry::Put(PutRequest {
-        key: Bytes::from_static(key.as_bytes()),
-        value: Bytes::from_static(b"v"),
-        ..Default::default()
-    })
-}
-
-fn revision(applied: Applied) -> i64 {
-    match applied {
-        Applied::Put(p) => p.revision,
-        other => panic!("a put applied as {other:?}"),
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_before_any_leader_waits_for_the_first_and_lands() {

@@ -29,12 +29,13 @@ use ephd::proto::etcdserverpb::{
 use prost::Message;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 use crate::authority::raw_h2::{self, Outcome};
 use crate::authority::{field, grpc_fields, grpc_message};
 use crate::etcd_cluster::StockEtcdCluster;
 use crate::harness::{EphdCluster, Server};
+use crate::support::{patient_channel, signal};
 
 /// The same timing for both (ephd's `--revision-continuity=false` aside).
 const TIMING: &[&str] = &["--heartbeat-interval=50", "--election-timeout=500"];
@@ -52,12 +53,7 @@ const MOVE_DEADLINE: Duration = Duration::from_secs(8);
 
 /// A channel that waits longer than the server's request timeout.
 async fn patient(endpoint: &str) -> Channel {
-    Endpoint::from_shared(endpoint.to_string())
-        .unwrap()
-        .timeout(REQUEST_TIMEOUT * 3)
-        .connect()
-        .await
-        .unwrap()
+    patient_channel(endpoint, REQUEST_TIMEOUT * 3).await
 }
 
 /// The leader `endpoint`'s member knows (0 for none), if it answers.
@@ -98,11 +94,6 @@ async fn agreed(endpoints: &[String]) -> (usize, usize, Vec<u64>) {
         assert!(Instant::now() < deadline, "no agreed leader: {seen:?}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-}
-
-fn signal(pid: u32, sig: i32) {
-    // SAFETY: kill(2) on a child process this test started.
-    assert_eq!(unsafe { libc::kill(pid as i32, sig) }, 0);
 }
 
 /// Waits until the member at `endpoint` knows no leader.

@@ -18,10 +18,11 @@ use std::time::{Duration, Instant};
 
 use ephd::proto::etcdserverpb::maintenance_client::MaintenanceClient;
 use ephd::proto::etcdserverpb::{kv_client::KvClient, PutRequest, RangeRequest, StatusRequest};
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 use crate::etcd_cluster::StockEtcdCluster;
 use crate::harness::{EphdCluster, Server};
+use crate::support::{patient_channel, signal};
 
 /// The same timing for both (ephd's `--revision-continuity=false` aside):
 /// etcd's defaults. The write must reach the follower before it misses the
@@ -48,12 +49,7 @@ const SETTLE: Duration = Duration::from_secs(20);
 /// A channel that waits longer than the server's request timeout (the
 /// harness' channels give up after 5 s).
 async fn patient(endpoint: &str) -> Channel {
-    Endpoint::from_shared(endpoint.to_string())
-        .unwrap()
-        .timeout(REQUEST_TIMEOUT * 3)
-        .connect()
-        .await
-        .unwrap()
+    patient_channel(endpoint, REQUEST_TIMEOUT * 3).await
 }
 
 /// The index of the member every member names as leader, and its ID.
@@ -97,11 +93,6 @@ async fn put(endpoint: &str, key: &str) {
         assert!(Instant::now() < deadline, "put {key}: {e:?}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-}
-
-fn signal(pid: u32, sig: i32) {
-    // SAFETY: kill(2) on a child process this test started.
-    assert_eq!(unsafe { libc::kill(pid as i32, sig) }, 0);
 }
 
 /// How many times the scenario may be set up again when a loaded machine

@@ -255,3 +255,20 @@ pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
     }
     vec![0]
 }
+
+/// A channel to `endpoint` whose calls wait `limit` (the harness' channels
+/// give up after 5 s, sooner than a cluster member's request timeout).
+pub async fn patient_channel(endpoint: &str, limit: Duration) -> Channel {
+    tonic::transport::Endpoint::from_shared(endpoint.to_string())
+        .unwrap()
+        .timeout(limit)
+        .connect()
+        .await
+        .unwrap()
+}
+
+/// Sends `sig` (SIGSTOP, SIGCONT) to a process the test started.
+pub fn signal(pid: u32, sig: i32) {
+    // SAFETY: kill(2) on a child process the test started.
+    assert_eq!(unsafe { libc::kill(pid as i32, sig) }, 0);
+}
