@@ -80,21 +80,21 @@ pub(crate) fn common_name(der: &[u8]) -> Option<String> {
 /// list names them: what a version 1 list is matched against
 /// (`server/crl_v1.rs`).
 pub(crate) fn issuer_and_serial(der: &[u8]) -> Option<(&[u8], &[u8])> {
-    let (cert, _) = expect(der, SEQUENCE)?;
-    let (tbs, _) = expect(cert, SEQUENCE)?;
-    let mut rest = tbs;
-    let (tag, _, after) = tlv(rest)?;
-    if tag == VERSION {
-        rest = after;
-    }
-    let (serial, rest) = expect(rest, INTEGER)?;
-    let (_signature, rest) = expect(rest, SEQUENCE)?;
-    let (issuer, _) = expect(rest, SEQUENCE)?;
+    let (serial, issuer, _) = serial_and_issuer(der)?;
     Some((issuer, serial))
 }
 
 /// The serial number, validity and subject of a DER certificate.
 fn fields(der: &[u8]) -> Option<(&[u8], &[u8], &[u8])> {
+    let (serial, _issuer, rest) = serial_and_issuer(der)?;
+    let (validity, rest) = expect(rest, SEQUENCE)?;
+    let (subject, _) = expect(rest, SEQUENCE)?;
+    Some((serial, validity, subject))
+}
+
+/// The serial number and issuer of a DER certificate, and the fields of
+/// its `TBSCertificate` that follow them.
+fn serial_and_issuer(der: &[u8]) -> Option<(&[u8], &[u8], &[u8])> {
     let (cert, _) = expect(der, SEQUENCE)?;
     let (tbs, _) = expect(cert, SEQUENCE)?;
     let mut rest = tbs;
@@ -104,10 +104,8 @@ fn fields(der: &[u8]) -> Option<(&[u8], &[u8], &[u8])> {
     }
     let (serial, rest) = expect(rest, INTEGER)?;
     let (_signature, rest) = expect(rest, SEQUENCE)?;
-    let (_issuer, rest) = expect(rest, SEQUENCE)?;
-    let (validity, rest) = expect(rest, SEQUENCE)?;
-    let (subject, _) = expect(rest, SEQUENCE)?;
-    Some((serial, validity, subject))
+    let (issuer, rest) = expect(rest, SEQUENCE)?;
+    Some((serial, issuer, rest))
 }
 
 fn hex(bytes: &[u8]) -> String {

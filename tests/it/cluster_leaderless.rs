@@ -33,8 +33,7 @@ use tonic::transport::Channel;
 
 use crate::authority::raw_h2::{self, Outcome};
 use crate::authority::{field, grpc_fields, grpc_message};
-use crate::etcd_cluster::StockEtcdCluster;
-use crate::harness::{EphdCluster, Server};
+use crate::etcd_cluster::on_stock_etcd_then_ephd;
 use crate::support::{patient_channel, signal};
 
 /// The same timing for both (ephd's `--revision-continuity=false` aside).
@@ -286,22 +285,8 @@ async fn scenario(endpoints: &[String], pids: &[u32]) -> Seen {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_without_a_leader_waits_for_one_and_answers_as_stock_etcd() {
-    let stock = StockEtcdCluster::start(3, TIMING);
-    let endpoints: Vec<String> = stock.running().iter().map(|(_, m)| m.endpoint()).collect();
-    let pids: Vec<u32> = stock.running().iter().map(|(_, m)| m.pid()).collect();
-    let etcd = scenario(&endpoints, &pids).await;
-    drop(stock);
-
-    let mut args = TIMING.to_vec();
-    args.push("--revision-continuity=false");
-    let cluster = EphdCluster::start(3, &args);
-    let endpoints: Vec<String> = cluster
-        .running()
-        .iter()
-        .map(|(_, m)| m.endpoint())
-        .collect();
-    let pids: Vec<u32> = cluster.running().iter().map(|(_, m)| m.pid()).collect();
-    let ephd = scenario(&endpoints, &pids).await;
+    let (etcd, ephd) =
+        on_stock_etcd_then_ephd(TIMING, |e, p| async move { scenario(&e, &p).await }).await;
 
     // What etcd 3.4 answers, so a change in the reference shows too.
     let deadline = "Unknown: context deadline exceeded".to_string();
@@ -403,22 +388,10 @@ async fn transfer_to_a_stopped_member(endpoints: &[String], pids: &[u32]) -> (An
 async fn a_leader_handing_over_to_a_stopped_member_refuses_writes_as_stock_etcd() {
     // A longer election timeout: raft gives the transfer up after one.
     let timing = ["--heartbeat-interval=100", "--election-timeout=1000"];
-    let stock = StockEtcdCluster::start(3, &timing);
-    let endpoints: Vec<String> = stock.running().iter().map(|(_, m)| m.endpoint()).collect();
-    let pids: Vec<u32> = stock.running().iter().map(|(_, m)| m.pid()).collect();
-    let etcd = transfer_to_a_stopped_member(&endpoints, &pids).await;
-    drop(stock);
-
-    let mut args = timing.to_vec();
-    args.push("--revision-continuity=false");
-    let cluster = EphdCluster::start(3, &args);
-    let endpoints: Vec<String> = cluster
-        .running()
-        .iter()
-        .map(|(_, m)| m.endpoint())
-        .collect();
-    let pids: Vec<u32> = cluster.running().iter().map(|(_, m)| m.pid()).collect();
-    let ephd = transfer_to_a_stopped_member(&endpoints, &pids).await;
+    let (etcd, ephd) = on_stock_etcd_then_ephd(&timing, |e, p| async move {
+        transfer_to_a_stopped_member(&e, &p).await
+    })
+    .await;
 
     let expected = (
         "Unknown: raft proposal dropped".to_string(),

@@ -20,8 +20,7 @@ use ephd::proto::etcdserverpb::maintenance_client::MaintenanceClient;
 use ephd::proto::etcdserverpb::{kv_client::KvClient, PutRequest, RangeRequest, StatusRequest};
 use tonic::transport::Channel;
 
-use crate::etcd_cluster::StockEtcdCluster;
-use crate::harness::{EphdCluster, Server};
+use crate::etcd_cluster::on_stock_etcd_then_ephd;
 use crate::support::{patient_channel, signal};
 
 /// The same timing for both (ephd's `--revision-continuity=false` aside):
@@ -217,17 +216,9 @@ async fn attempt_to_lose_a_forwarded_write(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_lost_with_a_failed_leader_times_out_as_in_stock_etcd() {
-    let stock = StockEtcdCluster::start(3, TIMING);
-    let endpoints: Vec<String> = stock.running().iter().map(|(_, m)| m.endpoint()).collect();
-    let pids: Vec<u32> = stock.running().iter().map(|(_, m)| m.pid()).collect();
-    let etcd = lose_a_forwarded_write(&endpoints, &pids).await;
-    drop(stock);
-
-    let mut args = TIMING.to_vec();
-    args.push("--revision-continuity=false");
-    let ephd = EphdCluster::start(3, &args);
-    let endpoints: Vec<String> = ephd.running().iter().map(|(_, m)| m.endpoint()).collect();
-    let pids: Vec<u32> = ephd.running().iter().map(|(_, m)| m.pid()).collect();
-    let ephd = lose_a_forwarded_write(&endpoints, &pids).await;
+    let (etcd, ephd) = on_stock_etcd_then_ephd(TIMING, |e, p| async move {
+        lose_a_forwarded_write(&e, &p).await
+    })
+    .await;
     eprintln!("answers (message, the follower became leader): etcd {etcd:?}, ephd {ephd:?}");
 }

@@ -202,3 +202,30 @@ impl StockEtcdCluster {
             .join("\n")
     }
 }
+
+/// Runs `scenario` (given every member's client endpoint and process ID)
+/// on a three-member stock etcd started with `timing`, then on a
+/// three-member ephd with the same flags (and revisions starting at 1, as
+/// etcd's); the two outcomes, etcd's first. Each cluster is stopped
+/// before the next starts.
+pub async fn on_stock_etcd_then_ephd<F, Fut, T>(timing: &[&str], scenario: F) -> (T, T)
+where
+    F: Fn(Vec<String>, Vec<u32>) -> Fut,
+    Fut: std::future::Future<Output = T>,
+{
+    let etcd = {
+        let stock = StockEtcdCluster::start(3, timing);
+        let members = stock.running();
+        let endpoints = members.iter().map(|(_, m)| m.endpoint()).collect();
+        let pids = members.iter().map(|(_, m)| m.pid()).collect();
+        scenario(endpoints, pids).await
+    };
+    let mut args = timing.to_vec();
+    args.push("--revision-continuity=false");
+    let cluster = crate::harness::EphdCluster::start(3, &args);
+    let members = cluster.running();
+    let endpoints = members.iter().map(|(_, m)| m.endpoint()).collect();
+    let pids = members.iter().map(|(_, m)| m.pid()).collect();
+    let ephd = scenario(endpoints, pids).await;
+    (etcd, ephd)
+}
