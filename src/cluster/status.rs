@@ -48,6 +48,14 @@ impl RaftStatus {
         deadline: tokio::time::Instant,
         timed_out: Error,
     ) -> Result<(), Error> {
+        // Every write and linearizable read passes here: with a leader
+        // known, no waiter is registered.
+        if self.stopped.load(Ordering::Relaxed) {
+            return Err(Error::Stopped);
+        }
+        if self.leader().is_some() {
+            return Ok(());
+        }
         let known = async {
             loop {
                 let found = self.new_leader.notified();
