@@ -11,7 +11,7 @@ use super::history::{self, kv_bytes, History, Version};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 /// Bytes of memory a retained version takes beyond its key and value: the
-/// index's skip-list node and hash slot, the key's entry, the shared
+/// index's B-tree slot and hash slot, the key's entry, the shared
 /// `KeyValue` record, allocator rounding and the change-log entry that
 /// lives until the next compaction. Measured (RELIABILITY.md, "Accounted
 /// memory against RSS"): RSS grows by 1.00x the accounted figure for

@@ -2,9 +2,10 @@
 //! who may touch them when.
 //!
 //! # Concurrency
-//! * The index (`index.rs`) holds every key twice: in a lock-free ordered
-//!   skip list for ranges and in a sharded hash table for point lookups; each
-//!   key owns a small lock around its version history.
+//! * The index (`index.rs`) holds every key twice: in an ordered B-tree for
+//!   ranges (its lock is taken briefly, only to create a key or to copy a
+//!   chunk of a range walk) and in a sharded hash table for point lookups;
+//!   each key owns a small lock around its version history.
 //! * Writers that touch only single keys (every Kubernetes write) hold the
 //!   range-writer lock shared plus the locks of their keys, in key order, so
 //!   writers of different keys run in parallel (`locks.rs`). Writers that
