@@ -325,6 +325,46 @@ mod tests {
         assert_eq!(index.len(), n + 2);
     }
 
+    /// Walks running while other threads create keys see every key at most
+    /// once, in strictly increasing order, and every key that existed
+    /// before they started.
+    #[test]
+    fn walks_beside_concurrent_inserts_stay_ordered_and_complete() {
+        let index = Arc::new(Index::default());
+        let key = |i: u32| format!("/registry/events/ns/e{i:07}").into_bytes();
+        for i in (0..20_000).step_by(2) {
+            index.get_or_insert(&key(i));
+        }
+        let writers: Vec<_> = (0..2u32)
+            .map(|w| {
+                let index = index.clone();
+                std::thread::spawn(move || {
+                    for i in (0..20_000u32).filter(|i| i % 4 == 1 + 2 * w) {
+                        index.get_or_insert(&key(i));
+                    }
+                })
+            })
+            .collect();
+        for _ in 0..20 {
+            let mut last: Option<Bytes> = None;
+            let mut even = 0;
+            index.for_range(Bound::Unbounded, None, &mut |e| {
+                if let Some(prev) = &last {
+                    assert!(prev < &e.key, "out of order or repeated");
+                }
+                let n: u32 = std::str::from_utf8(&e.key[21..]).unwrap().parse().unwrap();
+                even += usize::from(n.is_multiple_of(2));
+                last = Some(e.key.clone());
+                true
+            });
+            assert_eq!(even, 10_000, "every key there before the walk is visited");
+        }
+        for w in writers {
+            w.join().unwrap();
+        }
+        assert_eq!(index.len(), 20_000);
+    }
+
     /// Removing almost every key shrinks the hash shards (a rehash): every
     /// key left must still be found, and removed ones must stay gone.
     #[test]
