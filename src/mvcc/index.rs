@@ -21,11 +21,12 @@
 //! The B-tree's insert took 2 to 3 times less CPU with 100,000 keys, and
 //! the profile of a three-member cluster under `benchmark put` showed the
 //! skip-list insert as half of the apply thread's time
-//! (BENCHMARKS.md, "Key index"). The lock is never held while a caller's
+//! (BENCHMARKS.md, "The key index as a B-tree"). The lock is never held while a caller's
 //! code runs: a range walk copies at most [`WALK_CHUNK`] entry handles
 //! under a read lock, releases it, visits them, and seeks past the last one
 //! for the next chunk, so a long list delays an insert by one chunk's copy
 //! at most.
+
 use bytes::Bytes;
 use hashbrown::HashTable;
 use parking_lot::RwLock;
