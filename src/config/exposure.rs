@@ -22,8 +22,9 @@ use std::net::IpAddr;
 /// "cannot read"). Warned: opted-in plaintext on a non-loopback address,
 /// and TLS there without `--trusted-ca-file` (encrypted, yet every client
 /// that can connect is served; with a CA, clients must present a
-/// certificate it signed, as in etcd, whatever `--client-cert-auth` says). The HTTP listener (`--listen-metrics-urls`)
-/// is not judged: it serves health and metrics, never keys.
+/// certificate it signed, as in etcd, whatever `--client-cert-auth`
+/// says). The HTTP listener (`--listen-metrics-urls`) is not judged: it
+/// serves health and metrics, never keys.
 pub fn check_client_exposure(config: &Config) -> Result<Vec<String>, String> {
     let mut warnings = Vec::new();
     let mut tls_urls = Vec::new();
