@@ -225,7 +225,9 @@ pub struct Config {
     #[arg(long, env = "EPHD_KEY_FILE")]
     pub key_file: Option<PathBuf>,
 
-    /// CA bundle (PEM) that client certificates must chain to.
+    /// CA bundle (PEM) that client certificates must chain to. With it,
+    /// every client must present a certificate it signed, as in etcd, with
+    /// or without `--client-cert-auth`; without it none is asked for.
     #[arg(long, env = "EPHD_TRUSTED_CA_FILE")]
     pub trusted_ca_file: Option<PathBuf>,
 
@@ -239,7 +241,9 @@ pub struct Config {
     #[arg(long, env = "EPHD_CLIENT_CRL_FILE")]
     pub client_crl_file: Option<PathBuf>,
 
-    /// Require a client certificate signed by `--trusted-ca-file`.
+    /// Make the client certificate's common name the user of requests
+    /// without a token, as in etcd. Needs `--trusted-ca-file`, which alone
+    /// already requires a client certificate it signed.
     #[arg(long, env = "EPHD_CLIENT_CERT_AUTH", default_value_t = false, action = clap::ArgAction::Set, value_parser = parse_bool, num_args = 0..=1, default_missing_value = "true")]
     pub client_cert_auth: bool,
 
@@ -257,7 +261,7 @@ pub struct Config {
     /// anyone who can reach it could read and write every key (ephd has no
     /// users); with it, ephd serves them and logs a WARN at startup. Use it
     /// only on a private test network: otherwise serve `https://` with
-    /// `--client-cert-auth`.
+    /// `--trusted-ca-file` (client certificates required).
     #[arg(long, env = "EPHD_ALLOW_INSECURE_PLAINTEXT", default_value_t = false, action = clap::ArgAction::Set, value_parser = parse_bool, num_args = 0..=1, default_missing_value = "true")]
     pub allow_insecure_plaintext: bool,
     /// Unary requests that take longer than this get a WARN line ("request

@@ -73,7 +73,6 @@ fn files(dir: &Path, cert: &str, key: &str) -> PeerTls {
         cert: dir.join("peer.crt"),
         key: dir.join("peer.key"),
         ca: dir.join("ca.crt"),
-        client_cert_auth: true,
         allowed: None,
         crl: None,
     }

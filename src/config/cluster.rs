@@ -80,8 +80,12 @@ pub struct ClusterConfig {
 /// The files of peer TLS. One certificate serves both ways, as etcd's
 /// does: it is the peer listener's server certificate and the client
 /// certificate this member presents to the others, so it needs both the
-/// serverAuth and clientAuth extended key usages when
-/// `--peer-client-cert-auth` is on.
+/// serverAuth and clientAuth extended key usages.
+///
+/// `--peer-client-cert-auth` has no field: https:// peer URLs always come
+/// with `--peer-trusted-ca-file`, and with a trusted CA a connecting member
+/// must present a certificate it signed, with or without the flag, as in
+/// etcd (the flag is still parsed and checked, as etcd takes it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PeerTls {
     /// `--peer-cert-file`.
@@ -89,12 +93,10 @@ pub struct PeerTls {
     /// `--peer-key-file`.
     pub key: PathBuf,
     /// `--peer-trusted-ca-file`: the CA that signs the other members'
-    /// certificates (needed to verify them as servers, and as clients with
-    /// `--peer-client-cert-auth`).
+    /// certificates, verified both when dialling them (as servers) and when
+    /// they connect (as clients: only members presenting a certificate it
+    /// signed may send Raft messages).
     pub ca: PathBuf,
-    /// `--peer-client-cert-auth`: only members presenting a certificate
-    /// signed by the trusted CA may send Raft messages.
-    pub client_cert_auth: bool,
     /// `--peer-cert-allowed-cn` or `--peer-cert-allowed-hostname`: what a
     /// connecting member's certificate must also name.
     pub allowed: Option<PeerAllowed>,
@@ -271,13 +273,12 @@ fn peer_tls(flags: &Flags<'_>, urls: &[&String]) -> Result<Option<PeerTls>, Stri
              the same scheme"
         ));
     }
-    let allowed = allowed(flags, client_cert_auth)?;
+    let allowed = allowed(flags)?;
     match (cert, key, ca) {
         (Some(cert), Some(key), Some(ca)) => Ok(Some(PeerTls {
             cert,
             key,
             ca,
-            client_cert_auth,
             allowed,
             crl,
         })),
@@ -290,8 +291,10 @@ fn peer_tls(flags: &Flags<'_>, urls: &[&String]) -> Result<Option<PeerTls>, Stri
 }
 
 /// `--peer-cert-allowed-cn` / `--peer-cert-allowed-hostname`: one or the
-/// other, and only where connecting members present certificates.
-fn allowed(flags: &Flags<'_>, client_cert_auth: bool) -> Result<Option<PeerAllowed>, String> {
+/// other. Taken without `--peer-client-cert-auth` too, as etcd 3.4 takes
+/// them: connecting members present certificates whenever the peer CA is
+/// given, which https:// peer URLs always need.
+fn allowed(flags: &Flags<'_>) -> Result<Option<PeerAllowed>, String> {
     let text = |v: Option<&str>| v.map(str::trim).filter(|v| !v.is_empty()).map(String::from);
     let allowed = match (
         text(flags.peer_cert_allowed_cn),
@@ -307,14 +310,6 @@ fn allowed(flags: &Flags<'_>, client_cert_auth: bool) -> Result<Option<PeerAllow
         (Some(cn), None) => PeerAllowed::Cn(cn),
         (None, Some(hostname)) => PeerAllowed::Hostname(hostname),
     };
-    if !client_cert_auth {
-        return Err(
-            "--peer-cert-allowed-cn and --peer-cert-allowed-hostname need \
-             --peer-client-cert-auth=true: without it members connect without a certificate \
-             to check"
-                .to_string(),
-        );
-    }
     Ok(Some(allowed))
 }
 

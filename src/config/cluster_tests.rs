@@ -60,9 +60,8 @@ fn peer_tls_needs_https_everywhere_and_its_files() {
     };
     let tls = build("a", m(), &files).unwrap().peer_tls.unwrap();
     assert_eq!(tls.cert, PathBuf::from("/p/peer.crt"));
-    assert!(tls.client_cert_auth);
     assert_eq!(tls.allowed, None);
-    // An allowed CN or host name: one or the other, with client certs.
+    // An allowed CN or host name: one or the other.
     let cn = Flags {
         peer_cert_allowed_cn: Some("ephd-member"),
         ..files
@@ -85,13 +84,24 @@ fn peer_tls_needs_https_everywhere_and_its_files() {
     assert!(build("a", m(), &both)
         .unwrap_err()
         .contains("mutually exclusive"));
-    let unchecked = Flags {
-        peer_client_cert_auth: Some("false"),
-        ..cn
+    // Without --peer-client-cert-auth too, as stock etcd 3.4 starts with
+    // it: the peer CA already makes connecting members present a
+    // certificate, which the allowed CN is checked against.
+    for off in [Some("false"), None] {
+        let unflagged = Flags {
+            peer_client_cert_auth: off,
+            ..cn
+        };
+        let tls = build("a", m(), &unflagged).unwrap().peer_tls.unwrap();
+        assert_eq!(tls.allowed, Some(PeerAllowed::Cn("ephd-member".into())));
+    }
+    let bad = Flags {
+        peer_client_cert_auth: Some("maybe"),
+        ..files
     };
-    assert!(build("a", m(), &unchecked)
+    assert!(build("a", m(), &bad)
         .unwrap_err()
-        .contains("need --peer-client-cert-auth=true"));
+        .contains("--peer-client-cert-auth \"maybe\" is not true or false"));
     // One plaintext member among TLS ones is refused.
     let mixed =
         parse_members("a=https://10.0.0.1:2380,b=http://10.0.0.2:2380,c=https://10.0.0.3:2380")

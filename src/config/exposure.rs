@@ -20,9 +20,11 @@ use std::net::IpAddr;
 /// certificate or key file is not there (checked here, before any listener
 /// is bound, so the error can say what to mount or set instead of only
 /// "cannot read"). Warned: opted-in plaintext on a non-loopback address,
-/// and TLS there without `--client-cert-auth` (encrypted, yet every client
-/// that can connect is served). The HTTP listener (`--listen-metrics-urls`)
-/// is not judged: it serves health and metrics, never keys.
+/// and TLS there without `--trusted-ca-file` (encrypted, yet every client
+/// that can connect is served; with a CA, clients must present a
+/// certificate it signed, as in etcd, whatever `--client-cert-auth`
+/// says). The HTTP listener (`--listen-metrics-urls`) is not judged: it
+/// serves health and metrics, never keys.
 pub fn check_client_exposure(config: &Config) -> Result<Vec<String>, String> {
     let mut warnings = Vec::new();
     let mut tls_urls = Vec::new();
@@ -36,12 +38,12 @@ pub fn check_client_exposure(config: &Config) -> Result<Vec<String>, String> {
         let loopback = is_loopback(addr.ip());
         if tls {
             tls_urls.push(url);
-            if !loopback && !config.client_cert_auth {
+            if !loopback && config.trusted_ca_file.is_none() {
                 warnings.push(format!(
                     "serving {url} over TLS without client certificate authentication: \
                      every client that can reach it can read and write every key; set \
-                     --trusted-ca-file and --client-cert-auth=true \
-                     (EPHD_TRUSTED_CA_FILE, EPHD_CLIENT_CERT_AUTH=true)"
+                     --trusted-ca-file (EPHD_TRUSTED_CA_FILE) so that clients must present \
+                     a certificate it signed"
                 ));
             }
         } else if !loopback {
@@ -84,22 +86,19 @@ pub fn check_client_exposure(config: &Config) -> Result<Vec<String>, String> {
 /// The same rules for cluster mode's peer listeners: whoever can send Raft
 /// messages to a member can rewrite the whole store, so plaintext on a
 /// non-loopback peer URL needs `--allow-insecure-plaintext` too (and gets a
-/// WARN), and peer TLS there without `--peer-client-cert-auth` gets one.
+/// WARN). Peer TLS needs no warning: https:// peer URLs always come with
+/// `--peer-trusted-ca-file`, so connecting members must present a
+/// certificate it signed, with or without `--peer-client-cert-auth`.
 fn check_peer_exposure(config: &Config, warnings: &mut Vec<String>) -> Result<(), String> {
     let Some(cluster) = &config.cluster else {
         return Ok(());
     };
     for url in &cluster.listen_peer_urls {
-        let (addr, tls) = listen_addr(url)?;
+        let (addr, _) = listen_addr(url)?;
         if is_loopback(addr.ip()) {
             continue;
         }
         match &cluster.peer_tls {
-            Some(peer) if tls && !peer.client_cert_auth => warnings.push(format!(
-                "serving raft peers on {url} over TLS without --peer-client-cert-auth: \
-                 anything that can reach it can send raft messages; set \
-                 --peer-client-cert-auth=true"
-            )),
             Some(_) => {}
             None if config.allow_insecure_plaintext => warnings.push(format!(
                 "INSECURE: serving raft peers in plaintext on {url} \
@@ -272,16 +271,30 @@ mod tests {
         let warnings = tls(&["--cert-file", cert_s, "--key-file", key_s]).unwrap();
         assert_eq!(warnings.len(), 1);
         assert!(warnings[0].contains("without client certificate authentication"));
+        assert!(warnings[0].contains("--trusted-ca-file"), "{warnings:?}");
+        // A CA alone requires client certificates (as in etcd): no warning.
         assert_eq!(
             tls(&[
                 "--cert-file",
                 cert_s,
                 "--key-file",
                 key_s,
-                "--client-cert-auth=true"
+                "--trusted-ca-file",
+                cert_s,
             ]),
             Ok(vec![])
         );
+        // --client-cert-auth without a CA asks for no certificate (and is
+        // refused when the files load): still warned here.
+        let warnings = tls(&[
+            "--cert-file",
+            cert_s,
+            "--key-file",
+            key_s,
+            "--client-cert-auth=true",
+        ])
+        .unwrap();
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
         // On loopback TLS without client certificates is not worth a warning.
         let c = config(&[
             "--listen-client-urls",

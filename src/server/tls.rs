@@ -23,6 +23,12 @@
 //! Every configuration is built afresh, with its own session cache: a
 //! client cannot resume a session that was authenticated under the previous
 //! CA bundle, so removing a CA takes effect for new connections at once.
+//!
+//! A trusted CA file (`--trusted-ca-file`, `--peer-trusted-ca-file`) means
+//! clients must present a certificate it signed, on either listener, as in
+//! etcd, whose TLS servers ask for and verify one whenever a CA is given.
+//! `--client-cert-auth` does not change the handshake; it only makes the
+//! certificate's CN the user of requests without a token (`auth`).
 
 use super::crl_v1::RevokedV1;
 use super::peer_identity::AllowedPeer;
@@ -81,7 +87,6 @@ struct Files {
     ca: Option<PathBuf>,
     /// Only with `ca`: without a CA no client certificate is asked for.
     crl: Option<PathBuf>,
-    client_cert_auth: bool,
     /// Peer listeners: what a connecting member's certificate must name
     /// (`peer_identity.rs`).
     allowed: Option<crate::config::PeerAllowed>,
@@ -158,7 +163,6 @@ impl Files {
             key,
             ca: config.trusted_ca_file.clone(),
             crl,
-            client_cert_auth: config.client_cert_auth,
             allowed: None,
             flags: CLIENT_FLAGS,
         })
@@ -170,7 +174,6 @@ impl Files {
             key: peer.key.clone(),
             ca: Some(peer.ca.clone()),
             crl: peer.crl.clone(),
-            client_cert_auth: peer.client_cert_auth,
             allowed: peer.allowed.clone(),
             flags: PEER_FLAGS,
         }
@@ -233,12 +236,11 @@ impl Files {
                     ));
                 }
                 let trusted = roots.len();
+                // With a CA a client certificate is required, whatever
+                // --client-cert-auth says: etcd's listeners ask for and
+                // verify one whenever a CA is given, and serving clients
+                // without one would open a server etcd keeps closed.
                 let verifier = WebPkiClientVerifier::builder_with_provider(roots.into(), provider);
-                let verifier = if self.client_cert_auth {
-                    verifier
-                } else {
-                    verifier.allow_unauthenticated()
-                };
                 // A certificate no list speaks for (its issuer published
                 // none) is served, as etcd serves every serial its list
                 // does not name.
@@ -307,22 +309,36 @@ impl Files {
 /// What a successful load logs.
 struct Loaded {
     summary: Option<x509::Summary>,
+    /// CA certificates client certificates are verified against; with any,
+    /// a client must present a certificate one of them signed.
     trusted_cas: usize,
     /// Certificate revocation lists in force.
     crls: usize,
 }
 
 impl Loaded {
+    /// What the log says of client certificates: with a trusted CA every
+    /// client must present one it signed (as in etcd).
+    fn client_certificates(&self) -> &'static str {
+        if self.trusted_cas > 0 {
+            "required"
+        } else {
+            "not asked for"
+        }
+    }
+
     fn log(&self, what: &str) {
         let (subject, serial, not_after) = match &self.summary {
             Some(s) => (s.subject.as_str(), s.serial.as_str(), s.not_after.as_str()),
             None => ("(unreadable)", "(unreadable)", "(unreadable)"),
         };
+        let client_certificates = self.client_certificates();
         tracing::info!(
             subject,
             serial,
             not_after,
             trusted_cas = self.trusted_cas,
+            client_certificates,
             crls = self.crls,
             "{what}"
         );

@@ -2,7 +2,9 @@
 //! in-memory pipe). The certificates in `testdata/` are P-256 test
 //! certificates valid for 100 years, made once with `openssl req`/`openssl
 //! x509`: a CA (`CN=ephd-unit-test-ca`, whose key was thrown away) and two
-//! server certificates it signed, `server-a` and `server-b`.
+//! server certificates it signed, `server-a` and `server-b`; a client CA
+//! (`crl-v1-ca.crt`, made for the revocation tests) and client certificates
+//! it signed (`crl-v1-served`, `crl-v1-revoked`).
 
 use super::*;
 use tokio_rustls::rustls::pki_types::ServerName;
@@ -13,10 +15,15 @@ const CERT_A: &str = include_str!("testdata/server-a.crt");
 const KEY_A: &str = include_str!("testdata/server-a.key");
 const CERT_B: &str = include_str!("testdata/server-b.crt");
 const KEY_B: &str = include_str!("testdata/server-b.key");
+/// The `--trusted-ca-file` of the fixtures: it signed [`CLIENT_CERT`].
+const CLIENT_CA: &str = include_str!("testdata/crl-v1-ca.crt");
+const CLIENT_CERT: &str = include_str!("testdata/crl-v1-served.crt");
+const CLIENT_KEY: &str = include_str!("testdata/crl-v1-served.key");
 
-/// Files in a temporary directory and a reloader over them. Clients in
-/// these tests present no certificate, so the fixtures that serve them
-/// accept clients without one (the CA bundle is still loaded).
+/// Files in a temporary directory and a reloader over them. A trusted CA
+/// is given, so clients must present a certificate it signed (as in etcd,
+/// whatever `--client-cert-auth` says); the clients of these tests present
+/// [`CLIENT_CERT`].
 struct Fixture {
     dir: tempfile::TempDir,
     reloader: Reloader,
@@ -27,7 +34,7 @@ impl Fixture {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("tls.crt"), CERT_A).unwrap();
         std::fs::write(dir.path().join("tls.key"), KEY_A).unwrap();
-        std::fs::write(dir.path().join("ca.crt"), CA).unwrap();
+        std::fs::write(dir.path().join("ca.crt"), CLIENT_CA).unwrap();
         let mut config = Config::defaults();
         config.cert_file = Some(dir.path().join("tls.crt"));
         config.key_file = Some(dir.path().join("tls.key"));
@@ -47,19 +54,26 @@ impl Fixture {
     }
 }
 
-/// The certificate a client sees when it connects with `live` now.
-async fn served(live: &Live) -> Vec<u8> {
+/// A client that trusts [`CA`] (the servers' CA) and presents
+/// [`CLIENT_CERT`].
+fn client_config() -> rustls::ClientConfig {
     let mut roots = RootCertStore::empty();
     for ca in CertificateDer::pem_slice_iter(CA.as_bytes()) {
         roots.add(ca.unwrap()).unwrap();
     }
-    let mut client = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
+    let chain = vec![CertificateDer::from_pem_slice(CLIENT_CERT.as_bytes()).unwrap()];
+    let key = PrivateKeyDer::from_pem_slice(CLIENT_KEY.as_bytes()).unwrap();
+    rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, key)
+        .unwrap()
+}
+
+/// The certificate a client sees when it connects with `live` now.
+async fn served(live: &Live) -> Vec<u8> {
+    let mut client = client_config();
     client.alpn_protocols = vec![ALPN_H2.to_vec()];
     let (client_io, server_io) = tokio::io::duplex(64 * 1024);
     let acceptor = TlsAcceptor::from(live.current());
@@ -136,7 +150,7 @@ async fn a_broken_ca_bundle_keeps_the_old_configuration() {
     assert!(!f.reloader.reload(Trigger::Poll));
     assert!(Arc::ptr_eq(&before, &f.reloader.live().current()));
     // Undoing the change is not a reload, and clears the failure.
-    f.write("ca.crt", CA);
+    f.write("ca.crt", CLIENT_CA);
     assert!(!f.reloader.reload(Trigger::Poll));
     assert!(f.reloader.failure.is_none());
     assert!(Arc::ptr_eq(&before, &f.reloader.live().current()));
@@ -221,17 +235,7 @@ async fn a_silent_peer_holds_up_no_one_and_is_dropped_after_the_timeout() {
     let started = Instant::now();
     let mut silent = TcpStream::connect(addr).await.unwrap();
     // A client behind it completes its handshake and is handed on.
-    let mut roots = RootCertStore::empty();
-    roots
-        .add(CertificateDer::from_pem_slice(CA.as_bytes()).unwrap())
-        .unwrap();
-    let client = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
+    let client = client_config();
     let tcp = TcpStream::connect(addr).await.unwrap();
     let (handshake, served) = tokio::join!(
         TlsConnector::from(Arc::new(client))
@@ -278,7 +282,6 @@ fn peer_fixture() -> (tempfile::TempDir, Reloader) {
         cert: dir.path().join("peer.crt"),
         key: dir.path().join("peer.key"),
         ca: dir.path().join("peer-ca.crt"),
-        client_cert_auth: true,
         allowed: None,
         crl: Some(dir.path().join("peer.crl")),
     };
@@ -354,4 +357,89 @@ async fn a_version_1_peer_list_refuses_its_member_and_reloads_like_a_version_2_o
     .unwrap();
     assert!(reloader.reload(Trigger::Poll));
     assert!(accepts_member(&live, REVOKED.0, REVOKED.1).await, "lifted");
+}
+
+/// Whether the listener `live` completes a handshake with a client that
+/// presents no certificate: the server side's verdict.
+async fn accepts_anonymous(live: &Live) -> bool {
+    let mut roots = RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(CA.as_bytes()).unwrap())
+        .unwrap();
+    let client = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let (client_io, server_io) = tokio::io::duplex(64 * 1024);
+    let acceptor = TlsAcceptor::from(live.current());
+    let server = tokio::spawn(async move { acceptor.accept(server_io).await.map(|_| ()) });
+    let client = TlsConnector::from(Arc::new(client))
+        .connect(ServerName::try_from("localhost").unwrap(), client_io);
+    let (_client, server) = tokio::join!(client, server);
+    server.unwrap().is_ok()
+}
+
+#[tokio::test]
+async fn a_trusted_ca_requires_a_client_certificate_without_client_cert_auth() {
+    // etcd asks for and verifies a client certificate whenever a CA is
+    // given; --client-cert-auth only names the user by its CN.
+    for client_cert_auth in [false, true] {
+        let f = Fixture::new(client_cert_auth);
+        let live = f.reloader.live();
+        assert!(
+            !accepts_anonymous(&live).await,
+            "client_cert_auth={client_cert_auth}: a client without a certificate was served"
+        );
+        assert!(
+            accepts_member(&live, CLIENT_CERT.as_bytes(), CLIENT_KEY.as_bytes()).await,
+            "client_cert_auth={client_cert_auth}: a certificate the CA signed was refused"
+        );
+        // One some other CA signed is no better than none.
+        assert!(
+            !accepts_member(&live, CERT_B.as_bytes(), KEY_B.as_bytes()).await,
+            "client_cert_auth={client_cert_auth}: a certificate of another CA was served"
+        );
+        // A reload keeps the requirement.
+        let mut f = f;
+        assert!(f.reloader.reload(Trigger::Hangup));
+        assert!(
+            !accepts_anonymous(&f.reloader.live()).await,
+            "after a reload"
+        );
+    }
+}
+
+#[tokio::test]
+async fn without_a_trusted_ca_no_client_certificate_is_asked_for() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("tls.crt"), CERT_A).unwrap();
+    std::fs::write(dir.path().join("tls.key"), KEY_A).unwrap();
+    let mut config = Config::defaults();
+    config.cert_file = Some(dir.path().join("tls.crt"));
+    config.key_file = Some(dir.path().join("tls.key"));
+    let reloader = Reloader::new(&config).expect("the files load");
+    assert!(accepts_anonymous(&reloader.live()).await);
+    let contents = reloader.files.read().unwrap();
+    let (_, loaded) = reloader.files.build(&contents).unwrap();
+    assert_eq!(loaded.client_certificates(), "not asked for");
+    let f = Fixture::new(false);
+    let (_, loaded) = f.reloader.files.build(&f.reloader.loaded).unwrap();
+    assert_eq!(loaded.client_certificates(), "required");
+}
+
+#[tokio::test]
+async fn the_peer_listener_requires_a_member_certificate() {
+    // peer_fixture gives --peer-trusted-ca-file and no
+    // --peer-client-cert-auth (PeerTls has no such switch): a connecting
+    // member must present a certificate the peer CA signed.
+    let (_dir, reloader) = peer_fixture();
+    let live = reloader.live();
+    assert!(!accepts_anonymous(&live).await, "no certificate");
+    assert!(
+        accepts_member(&live, CLIENT_CERT.as_bytes(), CLIENT_KEY.as_bytes()).await,
+        "signed by the peer CA, not revoked"
+    );
 }

@@ -66,5 +66,6 @@ mod snapshot;
 mod sorting;
 mod support;
 mod tls;
+mod tls_ca_required;
 mod tls_rotation;
 mod watch;

@@ -1,6 +1,7 @@
 //! TLS: https:// listeners with etcd's flag names, ALPN `h2` (grpc-go 1.67+
 //! clients, i.e. kube-apiserver 1.33+, refuse servers without it), and
-//! client-certificate authentication.
+//! client certificates (required whenever `--trusted-ca-file` is given, as
+//! in etcd; `tls_ca_required.rs` compares that with stock etcd).
 
 use crate::harness::free_port;
 use std::path::Path;
@@ -106,7 +107,20 @@ impl Drop for Killed {
     }
 }
 
-pub(crate) fn start_tls_ephd(dir: &Path, client_cert_auth: bool) -> (Killed, u16) {
+/// What [`start_tls_ephd`] asks of clients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ClientCerts {
+    /// No `--trusted-ca-file`: TLS without client certificates.
+    NotAsked,
+    /// `--trusted-ca-file` and `--client-cert-auth`: a certificate `ca.crt`
+    /// signed is required (as with the CA alone), and its CN is the user of
+    /// requests without a token.
+    CnIsUser,
+}
+
+/// ephd serving TLS on a free loopback port with `dir`'s `server.crt`,
+/// asking `certs` of its clients; waits until it listens.
+pub(crate) fn start_tls_ephd(dir: &Path, certs: ClientCerts) -> (Killed, u16) {
     let port = free_port();
     let url = format!("https://127.0.0.1:{port}");
     let child = Command::new(env!("CARGO_BIN_EXE_ephd"))
@@ -120,9 +134,13 @@ pub(crate) fn start_tls_ephd(dir: &Path, client_cert_auth: bool) -> (Killed, u16
         .arg(dir.join("server.crt"))
         .arg("--key-file")
         .arg(dir.join("server.key"))
-        .arg("--trusted-ca-file")
-        .arg(dir.join("ca.crt"))
-        .arg(format!("--client-cert-auth={client_cert_auth}"))
+        .args(match certs {
+            ClientCerts::NotAsked => vec![],
+            ClientCerts::CnIsUser => vec![
+                format!("--trusted-ca-file={}", dir.join("ca.crt").display()),
+                "--client-cert-auth=true".to_string(),
+            ],
+        })
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -156,7 +174,9 @@ fn etcdctl(dir: &Path, port: u16, with_client_cert: bool, args: &[&str]) -> std:
 async fn tls_serves_alpn_h2_and_real_clients() {
     let dir = tempfile::tempdir().unwrap();
     make_certs(dir.path());
-    let (_server, port) = start_tls_ephd(dir.path(), false);
+    // No CA: TLS without client certificates (with one, they are required;
+    // see tls_ca_required.rs).
+    let (_server, port) = start_tls_ephd(dir.path(), ClientCerts::NotAsked);
 
     // ALPN: the server must select h2.
     let out = Command::new("openssl")
@@ -214,7 +234,7 @@ async fn tls_serves_alpn_h2_and_real_clients() {
 async fn client_cert_auth_rejects_clients_without_a_certificate() {
     let dir = tempfile::tempdir().unwrap();
     make_certs(dir.path());
-    let (_server, port) = start_tls_ephd(dir.path(), true);
+    let (_server, port) = start_tls_ephd(dir.path(), ClientCerts::CnIsUser);
     let denied = etcdctl(dir.path(), port, false, &["put", "k", "v"]);
     assert!(
         !denied.status.success(),

@@ -314,7 +314,7 @@ fn lock_election_and_auth_routes_reach_their_grpc_services() {
 fn tls_serves_http1_and_json_over_http2_beside_grpc() {
     let dir = tempfile::tempdir().unwrap();
     crate::tls::make_certs(dir.path());
-    let (_ephd, port) = crate::tls::start_tls_ephd(dir.path(), false);
+    let (_ephd, port) = crate::tls::start_tls_ephd(dir.path(), crate::tls::ClientCerts::NotAsked);
     let base = format!("https://127.0.0.1:{port}");
     let ca = dir.path().join("ca.crt");
     let ca = ca.to_str().unwrap();
