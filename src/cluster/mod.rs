@@ -61,6 +61,7 @@ pub mod membership;
 mod newest;
 mod node;
 mod peer_dial;
+pub mod peer_metrics;
 mod peer_stream;
 mod peers;
 mod queue;
