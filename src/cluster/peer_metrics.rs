@@ -205,8 +205,7 @@ impl PeerMetrics {
             link,
         )
         .expect("valid metric");
-        r.register(Box::new(active.clone()))
-            .expect("unique metric");
+        r.register(Box::new(active.clone())).expect("unique metric");
         let disconnected = counters(
             &r,
             "etcd_network_disconnected_peers_total",

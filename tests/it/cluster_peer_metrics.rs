@@ -13,7 +13,7 @@ use ephd::proto::etcdserverpb::{MemberListRequest, PutRequest};
 use crate::cluster::TIMING;
 use crate::cluster_snapshot::leader;
 use crate::etcd_cluster::StockEtcdCluster;
-use crate::harness::{free_port, EphdCluster, Ephd, Server, StockEtcd};
+use crate::harness::{free_port, Ephd, EphdCluster, Server, StockEtcd};
 use crate::support::within;
 
 /// How long the metrics may take to show what the test waits for (etcd
@@ -121,12 +121,17 @@ fn scrape(port: u16) -> Scrape {
 fn scrape_text(port: u16) -> String {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
-    stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
     write!(stream, "GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n").unwrap();
     let mut text = String::new();
     stream.read_to_string(&mut text).unwrap();
     let (head, body) = text.split_once("\r\n\r\n").expect("HTTP response");
-    assert!(head.lines().next().unwrap_or_default().contains("200"), "{head}");
+    assert!(
+        head.lines().next().unwrap_or_default().contains("200"),
+        "{head}"
+    );
     body.to_string()
 }
 
@@ -278,8 +283,16 @@ async fn peer_metric_families_are_stock_etcds_healthy_and_after_a_loss() {
         "etcd_network_peer_round_trip_time_seconds",
         "etcd_network_peer_sent_bytes_total",
     ];
-    let etcd_ports: Vec<u16> = etcd.running().iter().map(|(_, m)| m.client_port()).collect();
-    let ephd_ports: Vec<u16> = ephd.running().iter().map(|(_, m)| m.metrics_port()).collect();
+    let etcd_ports: Vec<u16> = etcd
+        .running()
+        .iter()
+        .map(|(_, m)| m.client_port())
+        .collect();
+    let ephd_ports: Vec<u16> = ephd
+        .running()
+        .iter()
+        .map(|(_, m)| m.metrics_port())
+        .collect();
     let want = shape_with("stock etcd", &etcd_ports, &healthy).await;
     let got = shape_with("ephd", &ephd_ports, &healthy).await;
     for f in healthy {
@@ -294,7 +307,10 @@ async fn peer_metric_families_are_stock_etcds_healthy_and_after_a_loss() {
     for &p in &etcd_ports {
         for (name, labels, _) in scrape(p).samples {
             for (k, v) in labels.iter().filter(|(k, _)| *k != "le") {
-                assert!(hex.contains(v) || v == "0", "stock etcd {name} {k}={v}: {hex:?}");
+                assert!(
+                    hex.contains(v) || v == "0",
+                    "stock etcd {name} {k}={v}: {hex:?}"
+                );
             }
         }
     }
@@ -309,8 +325,16 @@ async fn peer_metric_families_are_stock_etcds_healthy_and_after_a_loss() {
         "etcd_network_peer_sent_failures_total",
     ];
     let all: Vec<&str> = healthy.iter().chain(&lost).copied().collect();
-    let etcd_ports: Vec<u16> = etcd.running().iter().map(|(_, m)| m.client_port()).collect();
-    let ephd_ports: Vec<u16> = ephd.running().iter().map(|(_, m)| m.metrics_port()).collect();
+    let etcd_ports: Vec<u16> = etcd
+        .running()
+        .iter()
+        .map(|(_, m)| m.client_port())
+        .collect();
+    let ephd_ports: Vec<u16> = ephd
+        .running()
+        .iter()
+        .map(|(_, m)| m.metrics_port())
+        .collect();
     let want = shape_with("stock etcd after a loss", &etcd_ports, &all).await;
     let got = shape_with("ephd after a loss", &ephd_ports, &all).await;
     assert_eq!(got, want, "ephd against stock etcd, one member lost");
