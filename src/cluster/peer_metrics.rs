@@ -23,11 +23,15 @@
 //!   decode, and a failed snapshot). A peer's stream that breaks is not
 //!   one, as etcd does not count its broken streams.
 //! * `etcd_network_peer_round_trip_time_seconds{To}`: the round trip of
-//!   the acks on the control lane (`peer_stream.rs`): small batches
-//!   (heartbeats, votes, idle probes) that the peer answers as soon as it
-//!   has queued them for Raft, which is what etcd's prober measures (a
-//!   request its peer's transport answers without Raft). The bulk lane's
-//!   acks wait behind megabytes of appends and are left out.
+//!   the acks on the control lane (`peer_stream.rs`), on the same
+//!   connection as the Raft traffic: small batches (heartbeats and their
+//!   answers, votes, idle probes) that the peer answers once it has handed
+//!   them to Raft. etcd's prober times a request on the peer port that its
+//!   peer answers without Raft, every few seconds; ours also holds the
+//!   peer's in-memory Raft step of those few messages (when the receiving
+//!   task runs the Raft round itself), so it reads somewhat higher under
+//!   load, never lower. The bulk lane's acks wait behind megabytes of
+//!   appends and are left out.
 //! * `etcd_network_active_peers{Local,Remote}`: 1 while the peer answers
 //!   (`PeerHealth`), 0 after it stopped answering;
 //!   `etcd_network_disconnected_peers_total{Local,Remote}` counts those
