@@ -4,11 +4,12 @@
 //! MemberList gives, in etcd's hex label format; the same families, types
 //! and label names as a three-member stock etcd shows, healthy and after a
 //! member is lost; and, as on a single stock etcd, none on a single member.
+//! Every member names itself in `etcd_server_id`, as etcd does.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use ephd::proto::etcdserverpb::{MemberListRequest, PutRequest};
+use ephd::proto::etcdserverpb::{MemberListRequest, PutRequest, StatusRequest};
 
 use crate::cluster::TIMING;
 use crate::cluster_snapshot::leader;
@@ -166,6 +167,16 @@ async fn member_ids(s: &impl Server) -> BTreeMap<String, u64> {
         .collect()
 }
 
+/// The member ID `s` reports in Status.
+async fn member_id(s: &impl Server) -> u64 {
+    let mut c = s.maintenance().await;
+    let status = within("status", c.status(StatusRequest {}))
+        .await
+        .expect("status")
+        .into_inner();
+    status.header.expect("header").member_id
+}
+
 /// Whether `s`, scraped from member `me`, shows traffic both ways with
 /// each of `peers`, each of them active, and nothing else active.
 fn shows_every_peer(s: &Scrape, me: u64, peers: &[u64]) -> Result<(), String> {
@@ -225,6 +236,10 @@ async fn every_member_counts_its_traffic_with_each_peer_under_etcd_labels() {
                 Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
             }
         };
+        // The member's own ID, as etcd serves it.
+        let text = scrape_text(m.metrics_port());
+        let own = format!("etcd_server_id{{server_id=\"{me:x}\"}} 1");
+        assert!(text.contains(&own), "m{i}: no {own}");
         // Every ID label names another member, in etcd's hex format.
         let names: BTreeSet<String> = peers.iter().map(|p| format!("{p:x}")).collect();
         for (name, labels, _) in &s.samples {
@@ -357,6 +372,14 @@ async fn a_single_member_lists_no_peers_as_single_etcd() {
     for (who, port) in [("stock etcd", etcd_port), ("ephd", metrics_port)] {
         let text = scrape_text(port);
         assert!(text.contains("etcd_server_has_leader 1"), "{who}: {text}");
+        // Both name themselves with the ID Status gives, in hex.
+        let id = if who == "ephd" {
+            member_id(&ephd).await
+        } else {
+            member_id(&etcd).await
+        };
+        let own = format!("etcd_server_id{{server_id=\"{id:x}\"}} 1");
+        assert!(text.contains(&own), "{who}: no {own} in {text}");
         let s = parse(&text);
         assert!(
             s.types.is_empty() && s.samples.is_empty(),
