@@ -4,8 +4,8 @@
 //!
 //! * `etcd_network_peer_sent_bytes_total{To}` and
 //!   `etcd_network_peer_received_bytes_total{From}`: the bytes of the
-//!   encoded Raft messages of each batch (and of each snapshot: its
-//!   message with its data) delivered to / taken from a peer. etcd counts
+//!   encoded Raft messages of each batch (and each snapshot's data)
+//!   delivered to / taken from a peer. etcd counts
 //!   the size of each Raft message it writes or reads; transport framing
 //!   (gRPC, HTTP/2, TLS) is not counted by either. An idle link's probe
 //!   (an empty batch) counts the few bytes of its encoded batch, as etcd

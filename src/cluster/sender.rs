@@ -315,7 +315,8 @@ pub(super) async fn send_loop(
         }
         if let Some(m) = snapshot {
             // Sent apart, its data in chunks (`snapshot_send.rs`).
-            let size = m.compute_size() as usize;
+            // Its data (protobuf's u32 size would not hold a large one).
+            let size = m.get_snapshot().get_data().len();
             let sent = snapshot_send::send_snapshot(&mut client, to.me, m).await;
             to.out.sent.batch(size, 1, sent.is_ok());
             catchup::report(&to.inbox, to.id, sent.is_ok());

@@ -141,7 +141,7 @@ impl RaftTransport for PeerService {
                 metrics.incoming(from).failed(1);
             }
         })?;
-        let size = received.message.compute_size() as usize;
+        let size = received.message.get_snapshot().get_data().len();
         metrics.incoming(received.from).bytes(size);
         tracing::info!(
             from = %format_args!("{:x}", received.from),

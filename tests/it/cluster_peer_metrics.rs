@@ -168,7 +168,7 @@ async fn member_ids(s: &impl Server) -> BTreeMap<String, u64> {
 }
 
 /// The member ID `s` reports in Status.
-async fn member_id(s: &impl Server) -> u64 {
+pub(crate) async fn member_id(s: &impl Server) -> u64 {
     let mut c = s.maintenance().await;
     let status = within("status", c.status(StatusRequest {}))
         .await
