@@ -88,6 +88,7 @@ pub fn router(shared: Shared) -> Router {
                     // A cluster member adds its Raft log's bounds.
                     if let Some(n) = node {
                         text.push_str(&n.status().log().render());
+                        text.push_str(&n.peer_metrics().render());
                     }
                     ([("content-type", "text/plain; version=0.0.4")], text)
                 }

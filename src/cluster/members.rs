@@ -75,7 +75,7 @@ pub(super) struct Members {
     pub(super) initial: Membership,
     /// Proposed changes waiting for their result.
     pub(super) waiters: Waiters<Result<Membership>>,
-    /// Since when each peer has answered.
+    /// Since when each peer has answered, and the peer metrics.
     pub(super) health: Arc<PeerHealth>,
     /// `--initial-cluster-token`.
     pub(super) token: String,
@@ -97,7 +97,7 @@ impl Members {
             current: RwLock::new(boot.initial.clone()),
             initial: boot.initial.clone(),
             waiters: Waiters::default(),
-            health: Arc::new(PeerHealth::default()),
+            health: Arc::new(PeerHealth::new(boot.id)),
             token: config.token.clone(),
             cluster_id: boot.cluster_id,
             removal: Arc::default(),

@@ -12,7 +12,8 @@
 //!   the threads that bring it proposals and peer messages.
 //! * `peers.rs`, `sender.rs` and `transport.rs`: Raft messages to and
 //!   from the other members, over a small gRPC service on the peer
-//!   listener (two lanes per peer, control and bulk, each a stream).
+//!   listener (two lanes per peer, control and bulk, each a stream);
+//!   `peer_metrics.rs`: etcd's peer network metrics of those links.
 //! * `queue.rs`: the channels into the Raft and apply threads (park at
 //!   once, take everything queued in one lock); `waiters.rs`: requests
 //!   waiting for their answer, woken per applied batch.
@@ -61,6 +62,7 @@ pub mod membership;
 mod newest;
 mod node;
 mod peer_dial;
+pub mod peer_metrics;
 mod peer_stream;
 mod peers;
 mod queue;

@@ -226,6 +226,11 @@ impl Node {
         &self.status
     }
 
+    /// etcd's peer network metrics of this member (`peer_metrics.rs`).
+    pub fn peer_metrics(&self) -> &super::peer_metrics::PeerMetrics {
+        self.members.health.metrics()
+    }
+
     /// The sender peers' messages go to (see `transport.rs`).
     pub(super) fn inbox(&self) -> Sender<Input> {
         self.core.sender().clone()

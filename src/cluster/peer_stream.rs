@@ -17,9 +17,11 @@
 //! dropped and the next batch opens a new one. A receiver that refuses the
 //! sender (it was removed) ends the stream with that status.
 
+use super::peer_metrics::Outgoing;
 use crate::proto::ephd::internal::{
     raft_transport_client::RaftTransportClient, RaftAck, RaftBatch,
 };
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tonic::transport::Channel;
@@ -37,12 +39,18 @@ pub(super) struct Link {
     tx: mpsc::Sender<RaftBatch>,
     acks: Streaming<RaftAck>,
     acks_asked: AckClock,
+    /// Where the acks' round trips go (the control lane's stream).
+    timed: Option<Arc<Outgoing>>,
 }
 
 impl Link {
-    /// Opens a stream on `client`. An older member that serves only the
-    /// unary call answers `Unimplemented`.
-    pub(super) async fn open(client: &mut RaftTransportClient<Channel>) -> Result<Link, Status> {
+    /// Opens a stream on `client`, whose acks' round trips go to `timed`
+    /// when set. An older member that serves only the unary call answers
+    /// `Unimplemented`.
+    pub(super) async fn open(
+        client: &mut RaftTransportClient<Channel>,
+        timed: Option<Arc<Outgoing>>,
+    ) -> Result<Link, Status> {
         let (tx, rx) = mpsc::channel(HANDED);
         let answer = client
             .stream(tokio_stream::wrappers::ReceiverStream::new(rx))
@@ -51,6 +59,7 @@ impl Link {
             tx,
             acks: answer.into_inner(),
             acks_asked: AckClock::default(),
+            timed,
         })
     }
 
@@ -77,7 +86,10 @@ impl Link {
     pub(super) async fn answer(&mut self) -> Result<(), Status> {
         match self.acks.message().await {
             Ok(Some(ack)) => {
-                self.acks_asked.answered(ack.ack);
+                let asked = self.acks_asked.answered(ack.ack);
+                if let (Some(at), Some(t)) = (asked, &self.timed) {
+                    t.round_trip(at.elapsed());
+                }
                 Ok(())
             }
             Ok(None) => Err(Status::unavailable("the peer ended the stream")),
@@ -123,10 +135,14 @@ impl AckClock {
         self.last
     }
 
-    /// Ack `n` came.
-    pub(super) fn answered(&mut self, n: u64) {
-        if self.waiting.is_some_and(|(w, _)| w == n) {
-            self.waiting = None;
+    /// Ack `n` came: when it was asked for, if it was the awaited one.
+    pub(super) fn answered(&mut self, n: u64) -> Option<Instant> {
+        match self.waiting {
+            Some((w, at)) if w == n => {
+                self.waiting = None;
+                Some(at)
+            }
+            _ => None,
         }
     }
 
@@ -151,9 +167,11 @@ mod tests {
         assert_eq!(c.ask(t0 + ACK_INTERVAL * 3, false), 0);
         assert_eq!(c.ask(t0 + ACK_INTERVAL * 3, true), 0);
         // An ack of another number does not count.
-        c.answered(7);
+        assert_eq!(c.answered(7), None);
         assert_eq!(c.ask(t0 + ACK_INTERVAL * 3, false), 0);
-        c.answered(1);
+        // The awaited one gives when it was asked for: its round trip.
+        assert_eq!(c.answered(1), Some(t0));
+        assert_eq!(c.answered(1), None, "answered once");
         assert_eq!(c.ask(t0 + ACK_INTERVAL * 3, false), 2);
     }
 

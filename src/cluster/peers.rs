@@ -23,6 +23,7 @@
 use super::input::{Input, PeerChange};
 use super::membership::MemberInfo;
 use super::peer_dial::{self, Dialer};
+use super::peer_metrics::Outgoing;
 use super::queue::Sender;
 use super::removal::Removal;
 pub(super) use super::sender::PeerHealth;
@@ -42,6 +43,8 @@ const QUEUE: usize = 4096;
 /// One peer's lanes, and where their tasks send.
 struct Queue {
     url: String,
+    /// The link's metrics: messages dropped here are send failures.
+    out: Arc<Outgoing>,
     control: mpsc::Sender<Message>,
     bulk: mpsc::Sender<Message>,
 }
@@ -109,6 +112,7 @@ impl Peers {
                 let (control, control_rx) = mpsc::channel(QUEUE);
                 let (bulk, bulk_rx) = mpsc::channel(QUEUE);
                 tracing::info!(peer = %name, url = %url, "sending raft messages to a peer");
+                let out = self.health.metrics().outgoing(id);
                 let to = Target {
                     me: self.me,
                     id,
@@ -117,6 +121,7 @@ impl Peers {
                     tls: self.tls.clone(),
                     inbox: self.inbox.clone(),
                     removal: self.removal.clone(),
+                    out: out.clone(),
                 };
                 let health = self.health.clone();
                 let lanes = [(Lane::Control, control_rx), (Lane::Bulk, bulk_rx)];
@@ -125,11 +130,19 @@ impl Peers {
                         .spawn(send_loop(to.clone(), lane, rx, health.clone()));
                 }
                 // Replacing the old queues ends the old tasks.
-                self.queues.insert(id, Queue { url, control, bulk });
+                self.queues.insert(
+                    id,
+                    Queue {
+                        url,
+                        out,
+                        control,
+                        bulk,
+                    },
+                );
             }
             PeerChange::Remove(id) => {
                 if self.queues.remove(&id).is_some() {
-                    self.health.failed(id);
+                    self.health.removed(id);
                     tracing::info!(peer = %format_args!("{id:x}"), "no more raft messages to a removed member");
                 }
             }
@@ -152,7 +165,11 @@ impl Peers {
                     Lane::Control => &q.control,
                     Lane::Bulk => &q.bulk,
                 };
-                lane.try_send(m).is_ok()
+                let queued = lane.try_send(m).is_ok();
+                if !queued {
+                    q.out.sent.failed(1);
+                }
+                queued
             });
             if snapshot && !queued {
                 self.undelivered.lock().push(to);

@@ -30,6 +30,7 @@
 use super::catchup;
 use super::input::Input;
 use super::peer_dial::{self, Dialer};
+use super::peer_metrics::{Outgoing, PeerMetrics};
 use super::peer_stream::{self, Link};
 use super::queue::Sender;
 use super::removal::Removal;
@@ -39,6 +40,7 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 use protobuf::Message as _;
 use raft::prelude::{Message, MessageType};
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -75,22 +77,49 @@ const PROBE_INTERVAL: Duration = Duration::from_millis(500);
 const ENCODE_INLINE_BYTES: u32 = 1 << 20;
 
 /// Since when each peer has answered every batch (absent: its last batch
-/// failed, or none was sent yet).
-#[derive(Debug, Default)]
-pub(super) struct PeerHealth(Mutex<HashMap<u64, Instant>>);
+/// failed, or none was sent yet), and the peer metrics, whose active and
+/// disconnected peers follow those changes.
+pub(super) struct PeerHealth {
+    since: Mutex<HashMap<u64, Instant>>,
+    metrics: PeerMetrics,
+}
 
 impl PeerHealth {
+    /// The health of member `me`'s peers, none answering yet.
+    pub(super) fn new(me: u64) -> PeerHealth {
+        PeerHealth {
+            since: Mutex::default(),
+            metrics: PeerMetrics::new(me),
+        }
+    }
+
     fn answered(&self, id: u64) {
-        self.0.lock().entry(id).or_insert_with(Instant::now);
+        if let Entry::Vacant(e) = self.since.lock().entry(id) {
+            e.insert(Instant::now());
+            self.metrics.connected(id);
+        }
     }
 
     pub(super) fn failed(&self, id: u64) {
-        self.0.lock().remove(&id);
+        if self.since.lock().remove(&id).is_some() {
+            self.metrics.disconnected(id);
+        }
+    }
+
+    /// Member `id` is no peer any more.
+    pub(super) fn removed(&self, id: u64) {
+        self.since.lock().remove(&id);
+        self.metrics.removed(id);
     }
 
     /// Since when peer `id` has answered without interruption.
     pub(super) fn active_since(&self, id: u64) -> Option<Instant> {
-        self.0.lock().get(&id).copied()
+        self.since.lock().get(&id).copied()
+    }
+
+    /// The peer metrics (`peer_metrics.rs`).
+    pub(super) fn metrics(&self) -> &PeerMetrics {
+        &self.metrics
     }
 }
 
@@ -139,6 +168,8 @@ pub(super) struct Target {
     pub(super) tls: Option<Arc<Dialer>>,
     pub(super) inbox: Sender<Input>,
     pub(super) removal: Arc<Removal>,
+    /// The link's traffic metrics.
+    pub(super) out: Arc<Outgoing>,
 }
 
 /// Encodes `m`; a large one (a snapshot) on a blocking thread.
@@ -258,8 +289,12 @@ pub(super) async fn send_loop(
                 ack: 0,
             };
             let limit = state.limit(bytes);
+            let count = batch.messages.len();
+            let counted = super::peer_metrics::batch_bytes(&batch, bytes);
+            // The control lane's acks time the round trip.
+            let timed = (lane == Lane::Control).then_some(&to.out);
             let sent = if streams {
-                match stream_send(&mut client, &mut link, batch, limit).await {
+                match stream_send(&mut client, &mut link, batch, limit, timed).await {
                     Streamed::Sent => None,
                     Streamed::Failed(e) => Some(Err(e)),
                     Streamed::Unimplemented(batch) => {
@@ -270,6 +305,8 @@ pub(super) async fn send_loop(
             } else {
                 Some(unary(&mut client, batch, limit).await)
             };
+            let delivered = sent.as_ref().is_none_or(Result::is_ok);
+            to.out.sent.batch(counted, count, delivered);
             if let Some(sent) = sent {
                 if !state.outcome(sent) {
                     return;
@@ -278,7 +315,10 @@ pub(super) async fn send_loop(
         }
         if let Some(m) = snapshot {
             // Sent apart, its data in chunks (`snapshot_send.rs`).
+            // Its data (protobuf's u32 size would not hold a large one).
+            let size = m.get_snapshot().get_data().len();
             let sent = snapshot_send::send_snapshot(&mut client, to.me, m).await;
+            to.out.sent.batch(size, 1, sent.is_ok());
             catchup::report(&to.inbox, to.id, sent.is_ok());
             if !state.outcome(sent) {
                 return;
@@ -305,6 +345,7 @@ async fn stream_send(
     link: &mut Option<Link>,
     batch: RaftBatch,
     limit: Duration,
+    timed: Option<&Arc<Outgoing>>,
 ) -> Streamed {
     if link.as_ref().is_some_and(|l| l.overdue(limit)) {
         *link = None;
@@ -313,7 +354,7 @@ async fn stream_send(
         ));
     }
     if link.is_none() {
-        match Link::open(client).await {
+        match Link::open(client, timed.cloned()).await {
             Ok(l) => *link = Some(l),
             Err(e) if e.code() == tonic::Code::Unimplemented => {
                 return Streamed::Unimplemented(batch)

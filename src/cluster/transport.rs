@@ -50,6 +50,9 @@ impl PeerService {
     /// Hands a batch's messages to the Raft loop; refuses the batch of a
     /// removed member, and a message that does not parse.
     fn take(&self, batch: RaftBatch) -> Result<(), Status> {
+        let traffic = self.node.peer_metrics().incoming(batch.from);
+        let bytes = batch.messages.iter().map(|m| m.len()).sum();
+        traffic.bytes(super::peer_metrics::batch_bytes(&batch, bytes));
         // A removed member is told so, and its messages are not taken.
         let sender = removal::check_sender(&self.node.members().current.read(), batch.from);
         let parsed = batch.messages.iter().try_for_each(|bytes| {
@@ -63,6 +66,9 @@ impl PeerService {
         });
         // What was queued before a message that does not parse is taken.
         self.node.run_loop();
+        if parsed.is_err() {
+            traffic.failed(1);
+        }
         parsed.and(sender)
     }
 
@@ -121,13 +127,22 @@ impl RaftTransport for PeerService {
     ) -> Result<Response<RaftAck>, Status> {
         let mut frames = req.into_inner();
         let bounds = Bounds::current();
+        // The sender, once the header names it.
+        let mut from = None;
         let received = snapshot_recv::receive(&mut frames, &self.snapshots, bounds, |h| {
+            from = Some(h.from);
             self.admit_snapshot(h)
         })
         .await;
+        let metrics = self.node.peer_metrics();
         let received = received.inspect_err(|e| {
             tracing::warn!(error = %e, "raft snapshot stream refused");
+            if let Some(from) = from {
+                metrics.incoming(from).failed(1);
+            }
         })?;
+        let size = received.message.get_snapshot().get_data().len();
+        metrics.incoming(received.from).bytes(size);
         tracing::info!(
             from = %format_args!("{:x}", received.from),
             bytes = received.message.get_snapshot().get_data().len(),
@@ -165,7 +180,8 @@ impl RaftTransport for PeerService {
                             return Some((Ok(RaftAck { ack }), Some((batches, service))));
                         }
                     }
-                    // The sender ended the stream, or the connection broke.
+                    // The sender ended the stream, or the connection broke
+                    // (which etcd does not count as a receive failure).
                     Ok(None) | Err(_) => return None,
                 }
             }

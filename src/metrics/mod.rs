@@ -63,6 +63,8 @@ pub struct Metrics {
     proposals_committed: IntGauge,
     proposals_applied: IntGauge,
     server_version: IntGaugeVec,
+    /// `etcd_server_id{server_id}`: this member's ID in hex.
+    server_id: IntGaugeVec,
     db_total: IntGauge,
     db_in_use: IntGauge,
     keys: IntGauge,
@@ -143,6 +145,16 @@ impl Metrics {
         .expect("valid metric");
         r.register(Box::new(version.clone()))
             .expect("unique metric");
+        let server_id = IntGaugeVec::new(
+            Opts::new(
+                "etcd_server_id",
+                "Server or member ID in hexadecimal format. 1 for 'server_id' label with current ID.",
+            ),
+            &["server_id"],
+        )
+        .expect("valid metric");
+        r.register(Box::new(server_id.clone()))
+            .expect("unique metric");
         let grpc = Arc::new(grpc::GrpcMetrics::new(&r).expect("valid gRPC metrics"));
         Metrics {
             has_leader,
@@ -150,6 +162,7 @@ impl Metrics {
             is_learner,
             leader_changes,
             server_version: version,
+            server_id,
             grpc,
             proposals_failed: counter(
                 &r,
@@ -255,6 +268,16 @@ impl Metrics {
     pub fn set_server_version(&self, version: &str) {
         self.server_version.reset();
         self.server_version.with_label_values(&[version]).set(1);
+    }
+
+    /// Sets `etcd_server_id{server_id=...}` to 1 for member `id`, written
+    /// in hex as etcd writes member IDs, so dashboards can tell members
+    /// apart by ID as with etcd (single member and cluster member alike).
+    pub fn set_server_id(&self, id: u64) {
+        self.server_id.reset();
+        self.server_id
+            .with_label_values(&[&format!("{id:x}")])
+            .set(1);
     }
 
     /// A cluster member's role and the new leaders it has seen, set before

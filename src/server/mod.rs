@@ -291,6 +291,7 @@ impl Server {
         let (stop, stop_rx) = watch::channel(false);
         let metrics = Metrics::new();
         metrics.set_server_version(crate::api::ETCD_VERSION);
+        metrics.set_server_id(info.member_id);
         metrics
             .grpc
             .warnings

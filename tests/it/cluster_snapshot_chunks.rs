@@ -8,6 +8,7 @@
 
 use ephd::proto::etcdserverpb::{DeleteRangeRequest, PutRequest};
 
+use crate::cluster_peer_metrics::member_id;
 use crate::cluster_snapshot::{all_at, caught_up, initialized, leader, metric, signal, ARGS};
 use crate::harness::{EphdCluster, Server};
 use crate::support::within;
@@ -90,7 +91,7 @@ async fn a_member_catches_up_from_a_snapshot_sent_in_many_chunks() {
     let log = std::fs::read_to_string(logs.path().join(format!("m{fi}.log"))).unwrap();
     let got = received(&log);
     assert!(!got.is_empty(), "no chunked snapshot received:\n{log}");
-    for (chunks, bytes) in got {
+    for &(chunks, bytes) in &got {
         assert!(bytes > 500_000, "a snapshot of {bytes} bytes");
         assert_eq!(
             chunks,
@@ -98,4 +99,18 @@ async fn a_member_catches_up_from_a_snapshot_sent_in_many_chunks() {
             "{bytes} bytes in {chunks} chunks"
         );
     }
+
+    // etcd's peer byte counters hold the snapshots' data, both ways.
+    let data: u64 = got.iter().map(|(_, bytes)| *bytes).sum();
+    let (lid, fid) = (member_id(l).await, member_id(f).await);
+    let sent = metric(
+        l,
+        &format!("etcd_network_peer_sent_bytes_total{{To=\"{fid:x}\"}}"),
+    );
+    let from = format!("etcd_network_peer_received_bytes_total{{From=\"{lid:x}\"}}");
+    let received = metric(f, &from);
+    assert!(
+        sent >= data && received >= data,
+        "{data} bytes of snapshots; sent {sent}, received {received}"
+    );
 }
