@@ -264,6 +264,21 @@ fn shapes(ports: &[u16]) -> BTreeMap<String, (String, BTreeSet<String>)> {
     all
 }
 
+/// Where the running members of each cluster serve `/metrics`: stock
+/// etcd on its client port, ephd on its metrics port.
+fn scrape_ports(etcd: &StockEtcdCluster, ephd: &EphdCluster) -> (Vec<u16>, Vec<u16>) {
+    (
+        etcd.running()
+            .iter()
+            .map(|(_, m)| m.client_port())
+            .collect(),
+        ephd.running()
+            .iter()
+            .map(|(_, m)| m.metrics_port())
+            .collect(),
+    )
+}
+
 /// Waits until the scrapes of `ports` show every family of `want`.
 async fn shape_with(
     what: &str,
@@ -298,16 +313,7 @@ async fn peer_metric_families_are_stock_etcds_healthy_and_after_a_loss() {
         "etcd_network_peer_round_trip_time_seconds",
         "etcd_network_peer_sent_bytes_total",
     ];
-    let etcd_ports: Vec<u16> = etcd
-        .running()
-        .iter()
-        .map(|(_, m)| m.client_port())
-        .collect();
-    let ephd_ports: Vec<u16> = ephd
-        .running()
-        .iter()
-        .map(|(_, m)| m.metrics_port())
-        .collect();
+    let (etcd_ports, ephd_ports) = scrape_ports(&etcd, &ephd);
     let want = shape_with("stock etcd", &etcd_ports, &healthy).await;
     let got = shape_with("ephd", &ephd_ports, &healthy).await;
     for f in healthy {
@@ -340,16 +346,7 @@ async fn peer_metric_families_are_stock_etcds_healthy_and_after_a_loss() {
         "etcd_network_peer_sent_failures_total",
     ];
     let all: Vec<&str> = healthy.iter().chain(&lost).copied().collect();
-    let etcd_ports: Vec<u16> = etcd
-        .running()
-        .iter()
-        .map(|(_, m)| m.client_port())
-        .collect();
-    let ephd_ports: Vec<u16> = ephd
-        .running()
-        .iter()
-        .map(|(_, m)| m.metrics_port())
-        .collect();
+    let (etcd_ports, ephd_ports) = scrape_ports(&etcd, &ephd);
     let want = shape_with("stock etcd after a loss", &etcd_ports, &all).await;
     let got = shape_with("ephd after a loss", &ephd_ports, &all).await;
     assert_eq!(got, want, "ephd against stock etcd, one member lost");

@@ -14,7 +14,7 @@
 
 use crate::cluster::{agreed_leader, linearizable_get, put, same_everywhere, TIMING};
 use crate::harness::{free_port, EphdCluster, Server, ServerProcess};
-use crate::tls::{issue, make_certs, openssl};
+use crate::tls::{issue, make_certs, openssl, tls_client};
 use ephd::proto::etcdserverpb::PutRequest;
 use std::path::Path;
 use std::process::Command;
@@ -128,22 +128,7 @@ fn start(dir: &Path, crl: &str) -> (ServerProcess, u16) {
 /// A put over a fresh TLS connection presenting client certificate
 /// `{who}.crt` (the real etcd client); the error text if it fails.
 async fn put_as(dir: &Path, port: u16, who: &str) -> Result<(), String> {
-    let read = |f: String| std::fs::read(dir.join(f)).unwrap();
-    let tls = etcd_client::TlsOptions::new()
-        .ca_certificate(etcd_client::Certificate::from_pem(read("ca.crt".into())))
-        .identity(etcd_client::Identity::from_pem(
-            read(format!("{who}.crt")),
-            read(format!("{who}.key")),
-        ))
-        .domain_name("localhost");
-    let opts = etcd_client::ConnectOptions::new()
-        .with_tls(tls)
-        .with_connect_timeout(Duration::from_secs(3))
-        .with_timeout(Duration::from_secs(3));
-    let mut client =
-        etcd_client::Client::connect([format!("https://127.0.0.1:{port}")], Some(opts))
-            .await
-            .map_err(|e| format!("connect: {e}"))?;
+    let mut client = tls_client(dir, port, Some(who)).await?;
     client
         .put(format!("by-{who}"), "v", None)
         .await

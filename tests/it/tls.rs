@@ -86,6 +86,33 @@ pub(crate) fn issue(dir: &Path, ca: &str, name: &str, ext: &str, cn: &str) {
 }
 
 /// A CA, a server certificate for 127.0.0.1 and a client certificate.
+/// The real etcd client over TLS to `https://127.0.0.1:{port}`, trusting
+/// `ca.crt` in `dir` and presenting `{who}.crt`/`{who}.key` when `who` is
+/// given, with 3 s timeouts; the error text if it cannot connect.
+pub(crate) async fn tls_client(
+    dir: &Path,
+    port: u16,
+    who: Option<&str>,
+) -> Result<etcd_client::Client, String> {
+    let read = |f: String| std::fs::read(dir.join(f)).unwrap();
+    let mut tls = etcd_client::TlsOptions::new()
+        .ca_certificate(etcd_client::Certificate::from_pem(read("ca.crt".into())))
+        .domain_name("localhost");
+    if let Some(who) = who {
+        tls = tls.identity(etcd_client::Identity::from_pem(
+            read(format!("{who}.crt")),
+            read(format!("{who}.key")),
+        ));
+    }
+    let opts = etcd_client::ConnectOptions::new()
+        .with_tls(tls)
+        .with_connect_timeout(Duration::from_secs(3))
+        .with_timeout(Duration::from_secs(3));
+    etcd_client::Client::connect([format!("https://127.0.0.1:{port}")], Some(opts))
+        .await
+        .map_err(|e| format!("connect: {e}"))
+}
+
 pub(crate) fn make_certs(dir: &Path) {
     std::fs::write(
         dir.join("san.ext"),

@@ -20,7 +20,7 @@ use tokio_rustls::TlsConnector;
 
 use crate::cluster::{agreed_leader, put, same_everywhere, TIMING};
 use crate::harness::{find_on_path, free_port, EphdCluster, ServerProcess};
-use crate::tls::{issue, make_ca, make_certs};
+use crate::tls::{issue, make_ca, make_certs, tls_client};
 
 /// How long a server may take to serve its first request.
 const READY: Duration = Duration::from_secs(30);
@@ -95,23 +95,7 @@ fn wait_served(dir: &Path, port: u16, process: &ServerProcess) {
 /// A put then a get through the real etcd client, presenting `client.crt`
 /// when `with_cert`; the error text if either fails.
 async fn put_and_get(dir: &Path, port: u16, with_cert: bool) -> Result<(), String> {
-    let ca = std::fs::read(dir.join("ca.crt")).unwrap();
-    let mut tls = etcd_client::TlsOptions::new()
-        .ca_certificate(etcd_client::Certificate::from_pem(ca))
-        .domain_name("localhost");
-    if with_cert {
-        let cert = std::fs::read(dir.join("client.crt")).unwrap();
-        let key = std::fs::read(dir.join("client.key")).unwrap();
-        tls = tls.identity(etcd_client::Identity::from_pem(cert, key));
-    }
-    let opts = etcd_client::ConnectOptions::new()
-        .with_tls(tls)
-        .with_connect_timeout(Duration::from_secs(3))
-        .with_timeout(Duration::from_secs(3));
-    let mut client =
-        etcd_client::Client::connect([format!("https://127.0.0.1:{port}")], Some(opts))
-            .await
-            .map_err(|e| format!("connect: {e}"))?;
+    let mut client = tls_client(dir, port, with_cert.then_some("client")).await?;
     client
         .put("crate-key", "crate-value", None)
         .await
