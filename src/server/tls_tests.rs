@@ -292,20 +292,32 @@ fn peer_fixture() -> (tempfile::TempDir, Reloader) {
 /// Whether the listener `live` accepts a member presenting `cert`/`key`
 /// (PEM): the server side's verdict on the handshake.
 async fn accepts_member(live: &Live, cert: &[u8], key: &[u8]) -> bool {
+    accepts(live, Some((cert, key))).await
+}
+
+/// Whether the listener `live` completes a handshake with a client that
+/// presents `identity` (certificate and key, PEM) or no certificate: the
+/// server side's verdict.
+async fn accepts(live: &Live, identity: Option<(&[u8], &[u8])>) -> bool {
     let mut roots = RootCertStore::empty();
     roots
         .add(CertificateDer::from_pem_slice(CA.as_bytes()).unwrap())
         .unwrap();
-    let chain = vec![CertificateDer::from_pem_slice(cert).unwrap()];
-    let key = PrivateKeyDer::from_pem_slice(key).unwrap();
-    let client = rustls::ClientConfig::builder_with_provider(Arc::new(
+    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
         rustls::crypto::ring::default_provider(),
     ))
     .with_safe_default_protocol_versions()
     .unwrap()
-    .with_root_certificates(roots)
-    .with_client_auth_cert(chain, key)
-    .unwrap();
+    .with_root_certificates(roots);
+    let client = match identity {
+        Some((cert, key)) => builder
+            .with_client_auth_cert(
+                vec![CertificateDer::from_pem_slice(cert).unwrap()],
+                PrivateKeyDer::from_pem_slice(key).unwrap(),
+            )
+            .unwrap(),
+        None => builder.with_no_client_auth(),
+    };
     let (client_io, server_io) = tokio::io::duplex(64 * 1024);
     let acceptor = TlsAcceptor::from(live.current());
     let server = tokio::spawn(async move { acceptor.accept(server_io).await.map(|_| ()) });
@@ -362,24 +374,7 @@ async fn a_version_1_peer_list_refuses_its_member_and_reloads_like_a_version_2_o
 /// Whether the listener `live` completes a handshake with a client that
 /// presents no certificate: the server side's verdict.
 async fn accepts_anonymous(live: &Live) -> bool {
-    let mut roots = RootCertStore::empty();
-    roots
-        .add(CertificateDer::from_pem_slice(CA.as_bytes()).unwrap())
-        .unwrap();
-    let client = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    let (client_io, server_io) = tokio::io::duplex(64 * 1024);
-    let acceptor = TlsAcceptor::from(live.current());
-    let server = tokio::spawn(async move { acceptor.accept(server_io).await.map(|_| ()) });
-    let client = TlsConnector::from(Arc::new(client))
-        .connect(ServerName::try_from("localhost").unwrap(), client_io);
-    let (_client, server) = tokio::join!(client, server);
-    server.unwrap().is_ok()
+    accepts(live, None).await
 }
 
 #[tokio::test]

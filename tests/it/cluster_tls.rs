@@ -19,8 +19,13 @@ use crate::tls::{issue, make_ca};
 
 /// A peer CA with one certificate every member uses both ways (server and
 /// client, as etcd's peer certificates are), and a rogue CA with a
-/// certificate of the same shape.
+/// certificate of the same shape (CN `rogue-member`).
 fn peer_certs(dir: &Path) {
+    peer_certs_with_rogue(dir, "rogue-member");
+}
+
+/// [`peer_certs`], the rogue certificate's CN being `rogue_cn`.
+pub(crate) fn peer_certs_with_rogue(dir: &Path, rogue_cn: &str) {
     std::fs::write(
         dir.join("peer.ext"),
         "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n",
@@ -29,7 +34,7 @@ fn peer_certs(dir: &Path) {
     make_ca(dir, "peer-ca", "ephd-test-peer-ca");
     issue(dir, "peer-ca", "peer", "peer.ext", "ephd-member");
     make_ca(dir, "rogue-ca", "rogue-ca");
-    issue(dir, "rogue-ca", "rogue", "peer.ext", "rogue-member");
+    issue(dir, "rogue-ca", "rogue", "peer.ext", rogue_cn);
 }
 
 /// Sends an empty batch of Raft messages to `url` as a peer would, with

@@ -20,7 +20,7 @@ use tokio_rustls::TlsConnector;
 
 use crate::cluster::{agreed_leader, put, same_everywhere, TIMING};
 use crate::harness::{find_on_path, free_port, EphdCluster, ServerProcess};
-use crate::tls::{issue, make_ca, make_certs, tls_client};
+use crate::tls::{make_certs, tls_client};
 
 /// How long a server may take to serve its first request.
 const READY: Duration = Duration::from_secs(30);
@@ -253,15 +253,8 @@ async fn peer_verdicts(dir: &Path, port: u16, who: &str, logs: impl Fn() -> Stri
 async fn a_peer_ca_without_peer_client_cert_auth_requires_member_certificates_as_etcd_does() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    std::fs::write(
-        dir.join("peer.ext"),
-        "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n",
-    )
-    .unwrap();
-    make_ca(dir, "peer-ca", "ephd-test-peer-ca");
-    issue(dir, "peer-ca", "peer", "peer.ext", "ephd-member");
-    make_ca(dir, "rogue-ca", "rogue-ca");
-    issue(dir, "rogue-ca", "rogue", "peer.ext", "ephd-member");
+    // The rogue certificate names the allowed CN: only the CA tells it apart.
+    crate::cluster_tls::peer_certs_with_rogue(dir, "ephd-member");
     let path = |f: &str| dir.join(f).display().to_string();
     // The same peer TLS flags for both, with --peer-cert-allowed-cn, which
     // etcd 3.4 takes without --peer-client-cert-auth too.
