@@ -15,6 +15,7 @@ use crate::cluster::TIMING;
 use crate::cluster_snapshot::leader;
 use crate::etcd_cluster::StockEtcdCluster;
 use crate::harness::{free_port, Ephd, EphdCluster, Server, StockEtcd};
+use crate::metrics::scrape_text;
 use crate::support::within;
 
 /// How long the metrics may take to show what the test waits for (etcd
@@ -116,24 +117,6 @@ fn parse(text: &str) -> Scrape {
 /// request chunked), peer families only.
 fn scrape(port: u16) -> Scrape {
     parse(&scrape_text(port))
-}
-
-/// The whole text of `/metrics` on `port`.
-fn scrape_text(port: u16) -> String {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .unwrap();
-    write!(stream, "GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n").unwrap();
-    let mut text = String::new();
-    stream.read_to_string(&mut text).unwrap();
-    let (head, body) = text.split_once("\r\n\r\n").expect("HTTP response");
-    assert!(
-        head.lines().next().unwrap_or_default().contains("200"),
-        "{head}"
-    );
-    body.to_string()
 }
 
 /// `n` puts through `s`, each retried until [`SETTLE`] while the cluster

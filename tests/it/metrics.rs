@@ -37,6 +37,12 @@ fn parse(text: &str) -> Scrape {
 
 /// GETs /metrics over HTTP/1.0, so neither server answers chunked.
 fn scrape(port: u16) -> Scrape {
+    parse(&scrape_text(port))
+}
+
+/// The body of `GET /metrics` on `port` (HTTP/1.0, so neither ephd nor
+/// etcd answers chunked); panics unless the answer is 200.
+pub(crate) fn scrape_text(port: u16) -> String {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
     stream
@@ -50,7 +56,7 @@ fn scrape(port: u16) -> Scrape {
         head.lines().next().unwrap_or_default().contains("200"),
         "{head}"
     );
-    parse(body)
+    body.to_string()
 }
 
 /// The metric name of a series, and its family (histogram samples belong
