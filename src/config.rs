@@ -225,9 +225,8 @@ pub struct Config {
     #[arg(long, env = "EPHD_KEY_FILE")]
     pub key_file: Option<PathBuf>,
 
-    /// CA bundle (PEM) that client certificates must chain to. With it,
-    /// every client must present a certificate it signed, as in etcd, with
-    /// or without `--client-cert-auth`; without it none is asked for.
+    /// CA bundle (PEM): every client must present a certificate it signed,
+    /// as in etcd, with or without `--client-cert-auth`.
     #[arg(long, env = "EPHD_TRUSTED_CA_FILE")]
     pub trusted_ca_file: Option<PathBuf>,
 
@@ -241,9 +240,8 @@ pub struct Config {
     #[arg(long, env = "EPHD_CLIENT_CRL_FILE")]
     pub client_crl_file: Option<PathBuf>,
 
-    /// Make the client certificate's common name the user of requests
-    /// without a token, as in etcd. Needs `--trusted-ca-file`, which alone
-    /// already requires a client certificate it signed.
+    /// The client certificate's CN is the user of requests without a
+    /// token, as in etcd. Needs `--trusted-ca-file`.
     #[arg(long, env = "EPHD_CLIENT_CERT_AUTH", default_value_t = false, action = clap::ArgAction::Set, value_parser = parse_bool, num_args = 0..=1, default_missing_value = "true")]
     pub client_cert_auth: bool,
 
@@ -260,8 +258,7 @@ pub struct Config {
     /// loopback. Without it ephd refuses to start on such a URL, because
     /// anyone who can reach it could read and write every key (ephd has no
     /// users); with it, ephd serves them and logs a WARN at startup. Use it
-    /// only on a private test network: otherwise serve `https://` with
-    /// `--trusted-ca-file` (client certificates required).
+    /// only on a private test network; otherwise `https://` with a CA.
     #[arg(long, env = "EPHD_ALLOW_INSECURE_PLAINTEXT", default_value_t = false, action = clap::ArgAction::Set, value_parser = parse_bool, num_args = 0..=1, default_missing_value = "true")]
     pub allow_insecure_plaintext: bool,
     /// Unary requests that take longer than this get a WARN line ("request
