@@ -43,11 +43,12 @@
 //! peers). The hot path (every batch) adds to counters resolved once per
 //! peer: no label lookup, no allocation.
 
+use crate::metrics::registered;
 use crate::proto::ephd::internal::RaftBatch;
 use parking_lot::RwLock;
 use prometheus::{
-    exponential_buckets, Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter,
-    IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder,
+    exponential_buckets, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
+    IntGaugeVec, Opts, Registry,
 };
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
@@ -153,9 +154,22 @@ pub struct PeerMetrics {
 }
 
 fn counters(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
-    let v = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric");
-    r.register(Box::new(v.clone())).expect("unique metric");
-    v
+    registered(
+        r,
+        IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric"),
+    )
+}
+
+/// `id`'s entry of `map`, made by `make` on first use: a read lock on the
+/// hot path, the write lock once per peer.
+fn resolve<T>(map: &RwLock<HashMap<u64, Arc<T>>>, id: u64, make: impl FnOnce() -> T) -> Arc<T> {
+    if let Some(v) = map.read().get(&id) {
+        return v.clone();
+    }
+    map.write()
+        .entry(id)
+        .or_insert_with(|| Arc::new(make()))
+        .clone()
 }
 
 impl PeerMetrics {
@@ -191,25 +205,29 @@ impl PeerMetrics {
             from,
         );
         // etcd's buckets: 0.1 ms doubling 16 times, up to 3.2768 s.
-        let rtt = HistogramVec::new(
-            HistogramOpts::new(
-                "etcd_network_peer_round_trip_time_seconds",
-                "Round-Trip-Time histogram between peers",
+        let rtt = registered(
+            &r,
+            HistogramVec::new(
+                HistogramOpts::new(
+                    "etcd_network_peer_round_trip_time_seconds",
+                    "Round-Trip-Time histogram between peers",
+                )
+                .buckets(exponential_buckets(0.0001, 2.0, 16).expect("valid buckets")),
+                to,
             )
-            .buckets(exponential_buckets(0.0001, 2.0, 16).expect("valid buckets")),
-            to,
-        )
-        .expect("valid metric");
-        r.register(Box::new(rtt.clone())).expect("unique metric");
-        let active = IntGaugeVec::new(
-            Opts::new(
-                "etcd_network_active_peers",
-                "The current number of active peer connections.",
-            ),
-            link,
-        )
-        .expect("valid metric");
-        r.register(Box::new(active.clone())).expect("unique metric");
+            .expect("valid metric"),
+        );
+        let active = registered(
+            &r,
+            IntGaugeVec::new(
+                Opts::new(
+                    "etcd_network_active_peers",
+                    "The current number of active peer connections.",
+                ),
+                link,
+            )
+            .expect("valid metric"),
+        );
         let disconnected = counters(
             &r,
             "etcd_network_disconnected_peers_total",
@@ -234,39 +252,19 @@ impl PeerMetrics {
     /// The sending side's counters for peer `id`, resolved once per peer
     /// (a peer's lanes and queue keep them).
     pub(super) fn outgoing(&self, id: u64) -> Arc<Outgoing> {
-        if let Some(o) = self.outgoing.read().get(&id) {
-            return o.clone();
-        }
-        self.outgoing
-            .write()
-            .entry(id)
-            .or_insert_with(|| {
-                Arc::new(Outgoing {
-                    sent: Traffic::new(id, &self.sent_bytes, &self.sent_failures),
-                    rtt_vec: self.rtt.clone(),
-                    rtt: OnceLock::new(),
-                })
-            })
-            .clone()
+        resolve(&self.outgoing, id, || Outgoing {
+            sent: Traffic::new(id, &self.sent_bytes, &self.sent_failures),
+            rtt_vec: self.rtt.clone(),
+            rtt: OnceLock::new(),
+        })
     }
 
     /// The receiving side's counters for batches from member `id`: a map
     /// lookup under a read lock per batch, no allocation after the first.
     pub(super) fn incoming(&self, id: u64) -> Arc<Traffic> {
-        if let Some(t) = self.incoming.read().get(&id) {
-            return t.clone();
-        }
-        self.incoming
-            .write()
-            .entry(id)
-            .or_insert_with(|| {
-                Arc::new(Traffic::new(
-                    id,
-                    &self.received_bytes,
-                    &self.received_failures,
-                ))
-            })
-            .clone()
+        resolve(&self.incoming, id, || {
+            Traffic::new(id, &self.received_bytes, &self.received_failures)
+        })
     }
 
     /// Peer `id` answers again (or for the first time).
@@ -297,9 +295,7 @@ impl PeerMetrics {
 
     /// Every series in Prometheus' text format.
     pub fn render(&self) -> String {
-        let mut buf = Vec::new();
-        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);
-        String::from_utf8(buf).unwrap_or_default()
+        crate::metrics::render(&self.registry)
     }
 }
 

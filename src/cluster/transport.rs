@@ -145,7 +145,7 @@ impl RaftTransport for PeerService {
         metrics.incoming(received.from).bytes(size);
         tracing::info!(
             from = %format_args!("{:x}", received.from),
-            bytes = received.message.get_snapshot().get_data().len(),
+            bytes = size,
             chunks = received.chunks,
             "raft snapshot received"
         );

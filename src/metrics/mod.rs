@@ -74,19 +74,11 @@ pub struct Metrics {
 }
 
 fn counter(registry: &Registry, name: &str, help: &str) -> IntCounter {
-    let c = IntCounter::new(name, help).expect("valid metric");
-    registry
-        .register(Box::new(c.clone()))
-        .expect("unique metric");
-    c
+    registered(registry, IntCounter::new(name, help).expect("valid metric"))
 }
 
 fn gauge(registry: &Registry, name: &str, help: &str) -> IntGauge {
-    let g = IntGauge::new(name, help).expect("valid metric");
-    registry
-        .register(Box::new(g.clone()))
-        .expect("unique metric");
-    g
+    registered(registry, IntGauge::new(name, help).expect("valid metric"))
 }
 
 impl Default for Metrics {
@@ -305,8 +297,26 @@ impl Metrics {
         let applied = stats.applied_index.load(Ordering::Relaxed) as i64;
         self.proposals_committed.set(applied);
         self.proposals_applied.set(applied);
-        let mut buf = Vec::new();
-        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);
-        String::from_utf8(buf).unwrap_or_default()
+        render(&self.registry)
     }
+}
+
+/// Every series of `registry` in Prometheus' text format (the server's
+/// metrics, and a cluster member's peer metrics after them).
+pub(crate) fn render(registry: &Registry) -> String {
+    let mut buf = Vec::new();
+    let _ = TextEncoder::new().encode(&registry.gather(), &mut buf);
+    String::from_utf8(buf).unwrap_or_default()
+}
+
+/// `metric`, registered in `registry` (every name is registered once, so a
+/// failure is a bug).
+pub(crate) fn registered<M: prometheus::core::Collector + Clone + 'static>(
+    registry: &Registry,
+    metric: M,
+) -> M {
+    registry
+        .register(Box::new(metric.clone()))
+        .expect("unique metric");
+    metric
 }
