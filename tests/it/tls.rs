@@ -7,6 +7,7 @@ use crate::harness::free_port;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use tokio_rustls::rustls;
 
 /// Runs openssl, panicking with its output on failure.
 pub(crate) fn openssl(dir: &Path, args: &[&str]) {
@@ -86,6 +87,36 @@ pub(crate) fn issue(dir: &Path, ca: &str, name: &str, ext: &str, cn: &str) {
 }
 
 /// A CA, a server certificate for 127.0.0.1 and a client certificate.
+/// A rustls client configuration trusting the CA certificates of `ca`
+/// (PEM file), presenting `identity` (certificate and key files) if given,
+/// speaking `versions` of TLS; no ALPN.
+pub(crate) fn rustls_client(
+    ca: &Path,
+    identity: Option<(&Path, &Path)>,
+    versions: &[&'static rustls::SupportedProtocolVersion],
+) -> rustls::ClientConfig {
+    use rustls::pki_types::{pem::PemObject, CertificateDer, PrivateKeyDer};
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(ca).unwrap() {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let builder = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_protocol_versions(versions)
+    .unwrap()
+    .with_root_certificates(roots);
+    match identity {
+        Some((cert, key)) => builder
+            .with_client_auth_cert(
+                vec![CertificateDer::from_pem_file(cert).unwrap()],
+                PrivateKeyDer::from_pem_file(key).unwrap(),
+            )
+            .unwrap(),
+        None => builder.with_no_client_auth(),
+    }
+}
+
 /// The real etcd client over TLS to `https://127.0.0.1:{port}`, trusting
 /// `ca.crt` in `dir` and presenting `{who}.crt`/`{who}.key` when `who` is
 /// given, with 3 s timeouts; the error text if it cannot connect.

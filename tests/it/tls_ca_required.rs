@@ -11,16 +11,12 @@ use std::process::{Command, Output};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio_rustls::rustls::{
-    self,
-    pki_types::{pem::PemObject, CertificateDer, PrivateKeyDer, ServerName},
-    ClientConfig, RootCertStore,
-};
+use tokio_rustls::rustls::{self, pki_types::ServerName};
 use tokio_rustls::TlsConnector;
 
 use crate::cluster::{agreed_leader, put, same_everywhere, TIMING};
 use crate::harness::{find_on_path, free_port, EphdCluster, ServerProcess};
-use crate::tls::{make_certs, tls_client};
+use crate::tls::{make_certs, rustls_client, tls_client};
 
 /// How long a server may take to serve its first request.
 const READY: Duration = Duration::from_secs(30);
@@ -191,24 +187,7 @@ async fn a_trusted_ca_without_client_cert_auth_requires_client_certificates_as_e
 /// itself (under TLS 1.3 it would come as an alert after the client's
 /// side had finished).
 async fn handshake(port: u16, ca: &Path, identity: Option<(&Path, &Path)>) -> Result<(), String> {
-    let mut roots = RootCertStore::empty();
-    for cert in CertificateDer::pem_file_iter(ca).unwrap() {
-        roots.add(cert.unwrap()).unwrap();
-    }
-    let builder =
-        ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_protocol_versions(&[&rustls::version::TLS12])
-            .unwrap()
-            .with_root_certificates(roots);
-    let config = match identity {
-        Some((cert, key)) => builder
-            .with_client_auth_cert(
-                vec![CertificateDer::from_pem_file(cert).unwrap()],
-                PrivateKeyDer::from_pem_file(key).unwrap(),
-            )
-            .unwrap(),
-        None => builder.with_no_client_auth(),
-    };
+    let config = rustls_client(ca, identity, &[&rustls::version::TLS12]);
     let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
         .map_err(|e| format!("connect: {e}"))?;

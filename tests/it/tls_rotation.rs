@@ -9,7 +9,7 @@
 //! real clients (tonic over one TLS connection, etcdctl) can do.
 
 use crate::harness::free_port;
-use crate::tls::{issue, make_ca, make_certs};
+use crate::tls::{issue, make_ca, make_certs, rustls_client};
 use ephd::proto::etcdserverpb::{kv_client::KvClient, PutRequest};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -18,8 +18,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_rustls::rustls::{
     self,
-    pki_types::{pem::PemObject, CertificateDer, PrivateKeyDer, ServerName},
-    ClientConfig, RootCertStore,
+    pki_types::{pem::PemObject, CertificateDer, ServerName},
+    ClientConfig,
 };
 use tokio_rustls::TlsConnector;
 
@@ -160,24 +160,7 @@ fn der(pem: &Path) -> Vec<u8> {
 /// A rustls client trusting `ca`, with the client certificate and key
 /// `client` if given, asking for ALPN h2 as gRPC clients do.
 fn client_config(ca: &Path, client: Option<(&Path, &Path)>) -> ClientConfig {
-    let mut roots = RootCertStore::empty();
-    for cert in CertificateDer::pem_file_iter(ca).unwrap() {
-        roots.add(cert.unwrap()).unwrap();
-    }
-    let builder =
-        ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots);
-    let mut config = match client {
-        Some((cert, key)) => builder
-            .with_client_auth_cert(
-                vec![CertificateDer::from_pem_file(cert).unwrap()],
-                PrivateKeyDer::from_pem_file(key).unwrap(),
-            )
-            .unwrap(),
-        None => builder.with_no_client_auth(),
-    };
+    let mut config = rustls_client(ca, client, rustls::DEFAULT_VERSIONS);
     config.alpn_protocols = vec![b"h2".to_vec()];
     config
 }
