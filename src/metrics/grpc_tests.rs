@@ -152,6 +152,52 @@ async fn calls_are_handled_with_the_code_they_end_with() {
     assert_eq!(value(&r, "grpc_server_started_total", "Nope", None), 0);
 }
 
+/// Makes sure the warnings' shed and slow lines reach this thread's
+/// capture, and returns how many probe lines that took.
+///
+/// A callsite's interest is cached process-wide. Other tests in this
+/// binary log through the same callsites on threads with no subscriber;
+/// one that registers a callsite while this thread installs its capture
+/// can leave it cached as "never" (tracing-core registers the callsite
+/// after it worked out the interest, so the rebuild that installing a
+/// subscriber does misses it). So this logs probes from fresh warnings
+/// and works the interest out again until both probes show.
+fn warnings_are_captured(logs: &crate::logging::capture::Captured) -> usize {
+    use crate::metrics::warnings::{Finished, RequestWarnings};
+    let call = |code: usize, message| Finished {
+        service: "probe",
+        method: "Probe",
+        unary: true,
+        code_name: CODES[code],
+        code,
+        message,
+        remote: None,
+        took: std::time::Duration::from_secs(1),
+    };
+    let shed = call(8, Some("etcdserver: too many requests"));
+    let slow = call(OK, None);
+    for _ in 0..1000 {
+        tracing::callsite::rebuild_interest_cache();
+        let before = logs.text().lines().count();
+        let w = RequestWarnings::new(
+            std::time::Duration::from_millis(1),
+            std::time::Duration::from_secs(60),
+        );
+        w.report(&shed);
+        w.report(&slow);
+        let text = logs.text();
+        let probes: Vec<&str> = text.lines().skip(before).collect();
+        if probes.len() == 2 {
+            return text.lines().count();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    panic!(
+        "the warnings' log lines never reached the capture: {}",
+        logs.text()
+    );
+}
+
 /// The layer hands shed and slow calls to the warnings with what it
 /// saw of them: two shed Ranges log one line (the second is held back),
 /// a slow Put one line, and a watch stream's end nothing (streams are
@@ -164,10 +210,7 @@ async fn shed_and_slow_calls_are_logged_once_per_period() {
     // Every unary call that takes any time at all is slow.
     g.warnings.set_slow(std::time::Duration::from_nanos(1));
     let (logs, _guard) = crate::logging::capture::capture(true);
-    // Other tests, in parallel, create and drop their own subscribers; a
-    // callsite first hit on a thread without one may have cached "never",
-    // so interest is worked out again now that this thread has one.
-    tracing::callsite::rebuild_interest_cache();
+    let probed = warnings_are_captured(&logs);
     let inner = tower::service_fn(|req: http::Request<tonic::body::Body>| async move {
         let resp = match req.uri().path() {
             "/etcdserverpb.KV/Range" => {
@@ -211,6 +254,7 @@ async fn shed_and_slow_calls_are_logged_once_per_period() {
     let text = logs.text();
     let lines: Vec<serde_json::Value> = text
         .lines()
+        .skip(probed)
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
     assert_eq!(lines.len(), 2, "{text}");
