@@ -29,7 +29,9 @@
 #   wait up to LOAD_WAIT s, checking every 30 s, for the 1-minute load to drop below LOAD_MAX before
 #   starting; BUILD (1): cargo build --release first; EPHD, EPHD_BENCH (default
 #   $CARGO_TARGET_DIR/release/... else target/release/...), ETCD (/usr/bin/etcd), ETCDCTL (etcdctl),
-#   EPHD_ARGS and ETCD_ARGS (extra server flags, unquoted), FO_EPHD_ARGS (extra ephd flags for the
+#   EPHD_ARGS and ETCD_ARGS (extra server flags, unquoted), EPHD_ENV and ETCD_ENV ("NAME=value ..."
+#   set for the three-member clusters' processes only, not the single member: e.g.
+#   EPHD_ENV=TOKIO_WORKER_THREADS=1 ETCD_ENV=GOMAXPROCS=1), FO_EPHD_ARGS (extra ephd flags for the
 #   failover runs only), EPHD_LOG_LEVEL (warn), OUT_DIR (bench/results/cluster-<date>/<time>),
 #   KEEP_LOGS=1 (keep server logs; the failover ones are copied to raw/), SUMMARIZE=<dir>: only
 #   rewrite <dir>/summary.md from <dir>/runs.jsonl.
@@ -146,14 +148,14 @@ initial_cluster() { # prefix (e or m)
 start_member() { # etcd|ephd index state tag
   local sys=$1 i=$2 state=$3 tag=$4 url="http://127.0.0.1:${CPORT[$2]}" peer="http://127.0.0.1:${PPORT[$2]}"
   if [[ $sys == etcd ]]; then
-    "$ETCD" --name "e$i" --data-dir "$DATA/e$i" \
+    env ${ETCD_ENV:-} "$ETCD" --name "e$i" --data-dir "$DATA/e$i" \
       --listen-client-urls "$url" --advertise-client-urls "$url" \
       --listen-peer-urls "$peer" --initial-advertise-peer-urls "$peer" \
       --initial-cluster "$(initial_cluster e)" --initial-cluster-token "$SYS_TOKEN" \
       --initial-cluster-state "$state" --quota-backend-bytes "$QUOTA" \
       --logger zap --log-outputs stderr --log-level warn ${ETCD_ARGS:-} >>"$WORK/$tag-e$i.log" 2>&1 &
   else
-    "$EPHD" --name "m$i" \
+    env ${EPHD_ENV:-} "$EPHD" --name "m$i" \
       --listen-client-urls "$url" --advertise-client-urls "$url" \
       --listen-peer-urls "$peer" --initial-advertise-peer-urls "$peer" \
       --initial-cluster "$(initial_cluster m)" --initial-cluster-token "$SYS_TOKEN" \
@@ -348,9 +350,9 @@ while python3 -c "import sys; sys.exit(0 if float('$(load1)') >= float('$LOAD_MA
   log "1-minute load $(load1) >= $LOAD_MAX: waiting (${waited}s of ${LOAD_WAIT}s)"
   sleep 30; waited=$((waited + 30))
 done
-python3 - "$ROOT" "$EPHD" "$ETCD" "$REPEATS" "$TOTAL" "$CASES" "$KILLS" "$FO_RATE" "$FO_CLIENTS" "$waited" >>"$JSONL" <<'PY'
+python3 - "$ROOT" "$EPHD" "$ETCD" "$REPEATS" "$TOTAL" "$CASES" "$KILLS" "$FO_RATE" "$FO_CLIENTS" "$waited" "${EPHD_ENV:-}" "${ETCD_ENV:-}" >>"$JSONL" <<'PY'
 import json, os, subprocess, sys, time
-root, ephd, etcd, repeats, total, cases, kills, fo_rate, fo_clients, waited = sys.argv[1:11]
+root, ephd, etcd, repeats, total, cases, kills, fo_rate, fo_clients, waited, ephd_env, etcd_env = sys.argv[1:13]
 def sh(c):
     try:
         return subprocess.run(c, shell=True, capture_output=True, text=True, timeout=10).stdout.strip()
@@ -362,7 +364,8 @@ print(json.dumps({"meta": True, "started": time.strftime("%Y-%m-%d %H:%M:%S"), "
                   "fo_clients": int(fo_clients), "ephd": ephd,
                   "git": sh(f"cd {root} && git rev-parse --short HEAD") + (" (dirty)" if sh(f"cd {root} && git status --porcelain --untracked-files=no") else ""),
                   "etcd_version": sh(f"{etcd} --version | head -1"), "cpu": cpu, "nproc": os.cpu_count(),
-                  "load_before": open("/proc/loadavg").read().split()[:3], "load_waited_s": int(waited)}))
+                  "load_before": open("/proc/loadavg").read().split()[:3], "load_waited_s": int(waited),
+                  "ephd_env": ephd_env, "etcd_env": etcd_env}))
 PY
 log "results in $OUT_DIR (client ports ${CPORT[*]}, peer ports ${PPORT[*]}, load $(load1))"
 

@@ -56,6 +56,9 @@ w(f"Started {meta.get('started', '?')}, ephd `{meta.get('git', '?')}`, {meta.get
   f"{' / '.join(meta.get('load_before', []))} (waited {meta.get('load_waited_s', 0)} s for it to drop). "
   f"etcd's `benchmark` 3.4.23, `--clients 100 --conns 10 --total {meta.get('total', '?'):,} --key-size 48 "
   f"--val-size 1024 --key-space-size 100000`, a fresh cluster per run, etcd data dirs on tmpfs.\n")
+if meta.get("ephd_env") or meta.get("etcd_env"):
+    w(f"Environment of the three-member clusters' processes (not the single member's): ephd "
+      f"`{meta.get('ephd_env') or '(none)'}`, etcd `{meta.get('etcd_env') or '(none)'}`.\n")
 
 for case in ("put", "txn-put"):
     e, p = sel(case, "etcd"), sel(case, "ephd")

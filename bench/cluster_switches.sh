@@ -52,11 +52,18 @@ read -r li _ < <(python3 "$HERE/cluster_tool.py" leader "$EPS")
 L=${pids[$li]}
 
 snap() { # pid thread-name switches cpu-ticks, one line per thread
+  # A thread may end while it is read (tokio's blocking threads do when
+  # idle): it is left out rather than ending the script.
   for p in "${pids[@]}"; do
     for t in /proc/$p/task/*; do
-      echo "$p $(cat "$t/comm" | tr ' ' _) $(awk '/ctxt_switches/{s+=$2} END{print s}' "$t/status") $(awk '{print $14+$15}' "$t/stat")"
+      local comm ctx cpu
+      comm=$(tr ' ' _ <"$t/comm" 2>/dev/null) || continue
+      ctx=$(awk '/ctxt_switches/{s+=$2} END{print s}' "$t/status" 2>/dev/null) || continue
+      cpu=$(awk '{print $14+$15}' "$t/stat" 2>/dev/null) || continue
+      [ -n "$ctx" ] && [ -n "$cpu" ] && echo "$p $comm $ctx $cpu"
     done
   done
+  return 0
 }
 snap >"$OUT/s0"
 timeout 120 "$B" --endpoints "$EPS" --dial-timeout 5s --clients 100 --conns 10 put --total "$TOTAL" \
