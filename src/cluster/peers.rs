@@ -231,3 +231,59 @@ pub(super) fn connect_lazy(
 ) -> Result<tonic::transport::Channel, String> {
     peer_dial::lazy_channel(dialer(), url, timeout)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::queue;
+
+    fn message(to: u64, kind: MessageType) -> Message {
+        let mut m = Message::default();
+        m.set_msg_type(kind);
+        m.set_from(1);
+        m.set_to(to);
+        m
+    }
+
+    /// A peer whose lanes are full loses what does not fit: each dropped
+    /// message is a send failure in its metrics, and a dropped snapshot is
+    /// reported so raft hears it failed. The test's runtime runs no task
+    /// until the test awaits, so the lanes' tasks take nothing meanwhile.
+    #[tokio::test]
+    async fn messages_that_do_not_fit_the_queue_are_counted_as_send_failures() {
+        let (inbox, _rx) = queue::unbounded();
+        let peer = MemberInfo {
+            id: 2,
+            name: "m2".into(),
+            peer_urls: vec!["http://127.0.0.1:1".into()],
+            client_urls: Vec::new(),
+            is_learner: false,
+        };
+        let health = Arc::new(PeerHealth::new(1));
+        let peers = Peers::start([&peer], 1, health.clone(), inbox, Arc::default()).unwrap();
+        let over = 7;
+        let beats = (0..QUEUE + over)
+            .map(|_| message(2, MessageType::MsgHeartbeat))
+            .collect();
+        peers.send_all(beats);
+        let failures = r#"etcd_network_peer_sent_failures_total{To="2"}"#;
+        let text = health.metrics().render();
+        assert!(text.contains(&format!("{failures} {over}")), "{text}");
+        assert!(peers.take_undelivered().is_empty());
+
+        // The bulk lane fills the same way; a snapshot that finds it full
+        // is undelivered.
+        let appends = (0..QUEUE)
+            .map(|_| message(2, MessageType::MsgAppend))
+            .chain([message(2, MessageType::MsgSnapshot)])
+            .collect();
+        peers.send_all(appends);
+        let text = health.metrics().render();
+        assert!(text.contains(&format!("{failures} {}", over + 1)), "{text}");
+        assert_eq!(peers.take_undelivered(), vec![2]);
+        // A message for a member that is no peer goes nowhere and is no
+        // peer's failure.
+        peers.send_all(vec![message(9, MessageType::MsgHeartbeat)]);
+        assert!(!health.metrics().render().contains(r#"To="9""#));
+    }
+}
