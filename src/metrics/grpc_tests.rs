@@ -158,10 +158,12 @@ async fn calls_are_handled_with_the_code_they_end_with() {
 /// A callsite's interest is cached process-wide. Other tests in this
 /// binary log through the same callsites on threads with no subscriber;
 /// one that registers a callsite while this thread installs its capture
-/// can leave it cached as "never" (tracing-core registers the callsite
-/// after it worked out the interest, so the rebuild that installing a
-/// subscriber does misses it). So this logs probes from fresh warnings
-/// and works the interest out again until both probes show.
+/// can leave it cached as "never": while no thread has ever set a
+/// subscriber of its own, tracing-core works a new callsite's interest
+/// out from the registering thread's subscriber alone, without the lock
+/// that installing one takes, so that answer can land after the rebuild
+/// the install does. So this logs probes from fresh warnings and works
+/// the interest out again until both probes show.
 fn warnings_are_captured(logs: &crate::logging::capture::Captured) -> usize {
     use crate::metrics::warnings::{Finished, RequestWarnings};
     let call = |code: usize, message| Finished {
