@@ -231,7 +231,9 @@ pub(super) async fn send_loop(
             return;
         }
     };
-    let mut client = RaftTransportClient::new(channel).max_encoding_message_size(MAX_BATCH_BYTES);
+    let client_of =
+        |channel| RaftTransportClient::new(channel).max_encoding_message_size(MAX_BATCH_BYTES);
+    let mut client = client_of(channel);
     let mut state = LaneState {
         to: &to,
         lane,
@@ -297,6 +299,14 @@ pub(super) async fn send_loop(
                 match stream_send(&mut client, &mut link, batch, limit, timed).await {
                     Streamed::Sent => None,
                     Streamed::Failed(e) => Some(Err(e)),
+                    Streamed::Stuck(e) => {
+                        // The connection may be the stuck part: the next
+                        // stream goes on a new one.
+                        if let Ok(c) = peer_channel(url, to.tls.clone()) {
+                            client = client_of(c);
+                        }
+                        Some(Err(e))
+                    }
                     Streamed::Unimplemented(batch) => {
                         streams = false;
                         Some(unary(&mut client, batch, limit).await)
@@ -331,9 +341,12 @@ pub(super) async fn send_loop(
 enum Streamed {
     /// Handed over; its ack (if it asked) comes on the stream.
     Sent,
-    /// The stream could not be opened or is stuck: the batch is dropped,
-    /// as a failed call's was.
+    /// The stream could not be opened: the batch is dropped, as a failed
+    /// call's was.
     Failed(Status),
+    /// The stream (or opening one) took longer than the batch's limit: the
+    /// batch is dropped and the connection replaced.
+    Stuck(Status),
     /// The peer serves no stream: the batch, to be sent as a unary call.
     Unimplemented(RaftBatch),
 }
@@ -349,17 +362,25 @@ async fn stream_send(
 ) -> Streamed {
     if link.as_ref().is_some_and(|l| l.overdue(limit)) {
         *link = None;
-        return Streamed::Failed(Status::deadline_exceeded(
+        return Streamed::Stuck(Status::deadline_exceeded(
             "the peer did not answer on its stream",
         ));
     }
     if link.is_none() {
-        match Link::open(client, timed.cloned()).await {
-            Ok(l) => *link = Some(l),
-            Err(e) if e.code() == tonic::Code::Unimplemented => {
+        // Bounded like every other wait on the peer: a connection that
+        // never answers the stream's opening would hold the lane forever
+        // (no probe, no retry).
+        match tokio::time::timeout(limit, Link::open(client, timed.cloned())).await {
+            Ok(Ok(l)) => *link = Some(l),
+            Ok(Err(e)) if e.code() == tonic::Code::Unimplemented => {
                 return Streamed::Unimplemented(batch)
             }
-            Err(e) => return Streamed::Failed(e),
+            Ok(Err(e)) => return Streamed::Failed(e),
+            Err(_) => {
+                return Streamed::Stuck(Status::deadline_exceeded(format!(
+                    "the peer did not open a stream within {limit:?}"
+                )))
+            }
         }
     }
     let Some(l) = link else {
@@ -369,7 +390,7 @@ async fn stream_send(
         Streamed::Sent
     } else {
         *link = None;
-        Streamed::Failed(Status::deadline_exceeded("the stream to the peer is stuck"))
+        Streamed::Stuck(Status::deadline_exceeded("the stream to the peer is stuck"))
     }
 }
 
@@ -441,3 +462,7 @@ impl LaneState<'_> {
         true
     }
 }
+
+#[cfg(test)]
+#[path = "sender_tests.rs"]
+mod tests;
