@@ -257,7 +257,9 @@ impl Node {
     /// again (it may still commit later). As in etcd, a member that knows
     /// no leader holds the write until it knows one (an election), and
     /// answers `context deadline exceeded` (Unknown) if none comes within
-    /// the timeout. Writes then wait for the initial revision
+    /// the timeout; so does a write the Raft loop took and held because
+    /// the leader was lost just before (never proposed, then). Writes then
+    /// wait for the initial revision
     /// (`initial_gate.rs`) within that timeout.
     pub async fn propose(&self, entry: Entry) -> Result<Applied> {
         self.propose_in_term(entry, 0).await
@@ -293,6 +295,10 @@ impl Node {
         match tokio::time::timeout_at(deadline, rx).await {
             Ok(Ok(result)) => result,
             Ok(Err(_)) => Err(Error::Stopped),
+            // Still held for want of a leader: never proposed, as etcd's
+            // Raft node never takes a proposal without a leader, and etcd
+            // answers with the raw context error then.
+            Err(_) if self.status.held.lock().remove(&proposal) => Err(Error::NoLeaderInTime),
             Err(_) => Err(self.timeout_reason(proposed)),
         }
     }

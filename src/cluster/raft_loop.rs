@@ -267,6 +267,7 @@ impl RaftLoop {
     /// under way) answers raft's `raft proposal dropped` at once, as etcd.
     fn propose(&mut self, proposal: u64, data: Vec<u8>) {
         if self.raw.raft.leader_id == 0 {
+            self.status.held.lock().insert(proposal);
             self.held.push((proposal, data));
         } else if self.raw.propose(Vec::new(), data).is_err() {
             self.waiters.finish(proposal, Err(Error::ProposalDropped));
@@ -275,13 +276,26 @@ impl RaftLoop {
 
     /// Proposes the held proposals once a leader is known; forgets those
     /// whose request is gone (timed out, its client left), so a member
-    /// without a leader for long holds nothing nobody waits for.
+    /// without a leader for long holds nothing nobody waits for. The
+    /// shared set of held numbers decides between this and a request that
+    /// times out meanwhile (`Node::propose_by`): whoever takes a number
+    /// out of it first, so a write answered as never proposed never is.
     fn release_held(&mut self) {
         if self.held.is_empty() {
             return;
         }
-        self.held.retain(|(p, _)| self.waiters.is_waiting(*p));
-        if self.raw.raft.leader_id != 0 {
+        let leader = self.raw.raft.leader_id != 0;
+        let mut set = self.status.held.lock();
+        let waiters = &self.waiters;
+        self.held.retain(|(p, _)| {
+            let keep = set.contains(p) && waiters.is_waiting(*p);
+            if !keep || leader {
+                set.remove(p);
+            }
+            keep
+        });
+        drop(set);
+        if leader {
             for (proposal, data) in std::mem::take(&mut self.held) {
                 self.propose(proposal, data);
             }

@@ -32,6 +32,10 @@ pub struct RaftStatus {
     /// Set once the Raft loop has ended (a stop, or a panic in a round):
     /// no leader will come, so nobody should wait for one.
     pub(super) stopped: AtomicBool,
+    /// Proposals the Raft loop holds because it knows no leader (never
+    /// handed to raft yet). Touched only while there are such, never on
+    /// the common path.
+    pub(super) held: parking_lot::Mutex<std::collections::HashSet<u64>>,
 }
 
 impl RaftStatus {
