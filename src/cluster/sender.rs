@@ -344,7 +344,8 @@ enum Streamed {
     /// The stream could not be opened: the batch is dropped, as a failed
     /// call's was.
     Failed(Status),
-    /// The stream (or opening one) took longer than the batch's limit: the
+    /// Opening the stream, or the peer's ack, took longer than the batch's
+    /// limit, or the stream took no batch within it (stuck or gone): the
     /// batch is dropped and the connection replaced.
     Stuck(Status),
     /// The peer serves no stream: the batch, to be sent as a unary call.
