@@ -14,7 +14,7 @@
 
 use crate::cluster::{agreed_leader, linearizable_get, put, same_everywhere, TIMING};
 use crate::harness::{free_port, EphdCluster, Server, ServerProcess};
-use crate::tls::{issue, make_certs, openssl, tls_client};
+use crate::tls::{https_ephd, issue, make_certs, openssl, tls_client};
 use ephd::proto::etcdserverpb::PutRequest;
 use std::path::Path;
 use std::process::Command;
@@ -95,23 +95,16 @@ fn replace(dir: &Path, from: &str, to: &str) {
 /// `--client-crl-file`, reloading every 200 ms; waits until it listens.
 fn start(dir: &Path, crl: &str) -> (ServerProcess, u16) {
     let port = free_port();
-    let url = format!("https://127.0.0.1:{port}");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ephd"));
-    cmd.args([
-        "--listen-client-urls",
-        &url,
-        "--advertise-client-urls",
-        &url,
-    ])
-    .arg(format!("--cert-file={}", dir.join("server.crt").display()))
-    .arg(format!("--key-file={}", dir.join("server.key").display()))
-    .arg(format!(
-        "--trusted-ca-file={}",
-        dir.join("ca.crt").display()
-    ))
-    .arg("--client-cert-auth")
-    .arg(format!("--client-crl-file={}", dir.join(crl).display()))
-    .arg("--tls-reload-interval=200ms");
+    let mut cmd = https_ephd(port);
+    cmd.arg(format!("--cert-file={}", dir.join("server.crt").display()))
+        .arg(format!("--key-file={}", dir.join("server.key").display()))
+        .arg(format!(
+            "--trusted-ca-file={}",
+            dir.join("ca.crt").display()
+        ))
+        .arg("--client-cert-auth")
+        .arg(format!("--client-crl-file={}", dir.join(crl).display()))
+        .arg("--tls-reload-interval=200ms");
     let process = ServerProcess::spawn("ephd", cmd);
     let deadline = Instant::now() + Duration::from_secs(10);
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {

@@ -176,18 +176,25 @@ pub(crate) enum ClientCerts {
     CnIsUser,
 }
 
+/// The ephd command listening for (and advertising) clients on
+/// `https://127.0.0.1:{port}`; the caller adds its TLS flags.
+pub(crate) fn https_ephd(port: u16) -> Command {
+    let url = format!("https://127.0.0.1:{port}");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ephd"));
+    cmd.args([
+        "--listen-client-urls",
+        &url,
+        "--advertise-client-urls",
+        &url,
+    ]);
+    cmd
+}
+
 /// ephd serving TLS on a free loopback port with `dir`'s `server.crt`,
 /// asking `certs` of its clients; waits until it listens.
 pub(crate) fn start_tls_ephd(dir: &Path, certs: ClientCerts) -> (Killed, u16) {
     let port = free_port();
-    let url = format!("https://127.0.0.1:{port}");
-    let child = Command::new(env!("CARGO_BIN_EXE_ephd"))
-        .args([
-            "--listen-client-urls",
-            &url,
-            "--advertise-client-urls",
-            &url,
-        ])
+    let child = https_ephd(port)
         .arg("--cert-file")
         .arg(dir.join("server.crt"))
         .arg("--key-file")

@@ -16,7 +16,7 @@ use tokio_rustls::TlsConnector;
 
 use crate::cluster::{agreed_leader, put, same_everywhere, TIMING};
 use crate::harness::{find_on_path, free_port, EphdCluster, ServerProcess};
-use crate::tls::{make_certs, rustls_client, tls_client};
+use crate::tls::{https_ephd, make_certs, rustls_client, tls_client};
 
 /// How long a server may take to serve its first request.
 const READY: Duration = Duration::from_secs(30);
@@ -161,15 +161,8 @@ async fn a_trusted_ca_without_client_cert_auth_requires_client_certificates_as_e
     client_verdicts(dir, port, "stock etcd").await;
 
     let port = free_port();
-    let url = format!("https://127.0.0.1:{port}");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ephd"));
-    cmd.args([
-        "--listen-client-urls",
-        &url,
-        "--advertise-client-urls",
-        &url,
-    ])
-    .args(&tls);
+    let mut cmd = https_ephd(port);
+    cmd.args(&tls);
     let ephd = ServerProcess::spawn("ephd", cmd);
     wait_served(dir, port, &ephd);
     client_verdicts(dir, port, "ephd").await;
