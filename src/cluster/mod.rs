@@ -11,8 +11,10 @@
 //!   `raft_loop.rs`: the Raft loop's rounds, run by the Raft thread and by
 //!   the threads that bring it proposals and peer messages.
 //! * `peers.rs`, `sender.rs` and `transport.rs`: Raft messages to and
-//!   from the other members, over a small gRPC service on the peer
-//!   listener (two lanes per peer, control and bulk, each a stream);
+//!   from the other members (two lanes per peer, control and bulk), each
+//!   lane a framed connection (`frames.rs`, `frames_serve.rs`) or, with
+//!   members that serve none, a stream of a small gRPC service on the
+//!   peer listener;
 //!   `peer_metrics.rs`: etcd's peer network metrics of those links.
 //! * `queue.rs`: the channels into the Raft and apply threads (park at
 //!   once, take everything queued in one lock); `waiters.rs`: requests
@@ -45,6 +47,8 @@ mod authorized;
 mod catchup;
 pub mod entry;
 mod force;
+pub mod frames;
+pub mod frames_serve;
 mod initial_gate;
 #[cfg(test)]
 mod initial_gate_tests;
@@ -56,6 +60,7 @@ pub mod leadership;
 pub mod learner;
 pub mod lease_forward;
 mod lease_state;
+mod link;
 mod logger;
 mod members;
 pub mod membership;

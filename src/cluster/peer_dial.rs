@@ -178,6 +178,67 @@ pub(super) fn lazy_channel(
     })
 }
 
+/// A connection for a framed lane (`frames.rs`) to the peer URL `url`:
+/// TCP with TCP_NODELAY within `connect_timeout`, then for an https:// URL
+/// with `dialer` TLS with its current settings, offering the framed lanes'
+/// ALPN protocol before `h2`. Also whether the peer may serve framed
+/// lanes: false when under TLS it selected another protocol (an older
+/// member, or one with them turned off).
+pub(super) async fn connect_framed(
+    dialer: Option<Arc<Dialer>>,
+    url: &str,
+    connect_timeout: Duration,
+) -> Result<(Box<dyn super::frames::PeerIo>, bool), String> {
+    let uri: Uri = url
+        .parse()
+        .map_err(|e| format!("invalid peer URL {url}: {e}"))?;
+    let https = uri.scheme_str() == Some("https");
+    let host = uri
+        .host()
+        .ok_or_else(|| format!("peer URL {url} has no host"))?
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_string();
+    let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
+    let connecting = TcpStream::connect((host.as_str(), port));
+    let tcp = match tokio::time::timeout(connect_timeout, connecting).await {
+        Ok(Ok(tcp)) => tcp,
+        Ok(Err(e)) => return Err(format!("cannot connect to {url}: {e}")),
+        Err(_) => {
+            return Err(format!(
+                "cannot connect to {url} within {connect_timeout:?}"
+            ))
+        }
+    };
+    tcp.set_nodelay(true)
+        .map_err(|e| format!("cannot set TCP_NODELAY on the connection to {url}: {e}"))?;
+    let dialer = match (https, dialer) {
+        (false, _) => return Ok((Box::new(tcp), true)),
+        (true, Some(dialer)) => dialer,
+        (true, None) => {
+            return Err(format!(
+                "peer URL {url} is https:// but peer TLS is not set"
+            ))
+        }
+    };
+    let name =
+        ServerName::try_from(host.clone()).map_err(|e| format!("peer host {host:?}: {e}"))?;
+    let mut config = (*dialer.current()).clone();
+    config.alpn_protocols = vec![super::frames::ALPN.to_vec(), ALPN_H2.to_vec()];
+    let handshake = TlsConnector::from(Arc::new(config)).connect(name, tcp);
+    let tls = match tokio::time::timeout(connect_timeout, handshake).await {
+        Ok(Ok(tls)) => tls,
+        Ok(Err(e)) => return Err(format!("TLS handshake with {url}: {e}")),
+        Err(_) => {
+            return Err(format!(
+                "no TLS handshake with {url} within {connect_timeout:?}"
+            ))
+        }
+    };
+    let offered = tls.get_ref().1.alpn_protocol() == Some(super::frames::ALPN);
+    Ok((Box::new(tls), offered))
+}
+
 /// The tonic endpoint for `url` and, for an https:// URL with `dialer`,
 /// the connector that does TLS. tonic is then handed the URL as http://:
 /// the stream it gets is already TLS (tonic would otherwise insist on its

@@ -98,14 +98,6 @@ impl Link {
     }
 }
 
-/// The next answer of `link`; never, without one (for a `select!`).
-pub(super) async fn answer(link: &mut Option<Link>) -> Result<(), Status> {
-    match link {
-        Some(l) => l.answer().await,
-        None => std::future::pending().await,
-    }
-}
-
 /// When a stream asks for acks, and which one it awaits: one at a time,
 /// at most every [`ACK_INTERVAL`] while busy, and on every probe (an empty
 /// batch, sent when the peer's queue was idle), so an idle peer is checked

@@ -1,7 +1,9 @@
 //! The sending side of one peer link: two lanes, each a task with a
 //! connection of its own, that encode the Raft messages queued for the peer
-//! and send them in batches to its `ephd.internal.RaftTransport` service,
-//! on a long-lived stream per lane (`peer_stream.rs`).
+//! and send them in batches on a long-lived connection per lane: a framed
+//! lane (`frames.rs`), or a stream of the peer's
+//! `ephd.internal.RaftTransport` gRPC service (`peer_stream.rs`) when the
+//! peer serves no framed lanes.
 //!
 //! * The **control** lane carries everything small and urgent: heartbeats
 //!   and their answers, votes, append answers, ReadIndex, leader transfer.
@@ -28,7 +30,9 @@
 //! so appends and the snapshot before them arrive in order.
 
 use super::catchup;
+use super::frames::{FramedLink, NotOpened};
 use super::input::Input;
+use super::link::{answer, AnyLink, Framed};
 use super::peer_dial::{self, Dialer};
 use super::peer_metrics::{Outgoing, PeerMetrics};
 use super::peer_stream::{self, Link};
@@ -37,6 +41,7 @@ use super::removal::Removal;
 use super::snapshot_send;
 use crate::proto::ephd::internal::{raft_transport_client::RaftTransportClient, RaftBatch};
 use bytes::Bytes;
+use futures::FutureExt;
 use parking_lot::Mutex;
 use protobuf::Message as _;
 use raft::prelude::{Message, MessageType};
@@ -240,9 +245,10 @@ pub(super) async fn send_loop(
         health: &health,
         reachable: true,
     };
-    let mut link: Option<Link> = None;
+    let mut link: Option<AnyLink> = None;
     // False once the peer answered that it serves no stream.
     let mut streams = true;
+    let mut framed = Framed::new();
     loop {
         // A peer Raft has nothing to say to (a follower to another
         // follower) gets an empty control batch now and then, so that
@@ -254,7 +260,7 @@ pub(super) async fn send_loop(
                 Next::Idle => None,
                 Next::Closed => return,
             },
-            answer = peer_stream::answer(&mut link) => {
+            answer = answer(&mut link) => {
                 if answer.is_err() {
                     link = None;
                 }
@@ -296,7 +302,13 @@ pub(super) async fn send_loop(
             // The control lane's acks time the round trip.
             let timed = (lane == Lane::Control).then_some(&to.out);
             let sent = if streams {
-                match stream_send(&mut client, &mut link, batch, limit, timed).await {
+                let mut opened = Opening {
+                    to: &to,
+                    client: &mut client,
+                    framed: &mut framed,
+                    timed,
+                };
+                match stream_send(&mut opened, &mut link, batch, limit).await {
                     Streamed::Sent => None,
                     Streamed::Failed(e) => Some(Err(e)),
                     Streamed::Stuck(e) => {
@@ -352,14 +364,23 @@ enum Streamed {
     Unimplemented(RaftBatch),
 }
 
-/// Hands `batch` to the stream in `link`, opening one when there is none
-/// (or when the peer has not acked within `limit`).
+/// What opening a lane's connection needs.
+struct Opening<'a> {
+    to: &'a Target,
+    client: &'a mut RaftTransportClient<Channel>,
+    framed: &'a mut Framed,
+    /// Where the acks' round trips go (the control lane).
+    timed: Option<&'a Arc<Outgoing>>,
+}
+
+/// Hands `batch` to the connection in `link`, opening one when there is
+/// none (or when the peer has not acked within `limit`): framed when the
+/// peer serves framed lanes, a gRPC stream otherwise.
 async fn stream_send(
-    client: &mut RaftTransportClient<Channel>,
-    link: &mut Option<Link>,
+    opening: &mut Opening<'_>,
+    link: &mut Option<AnyLink>,
     batch: RaftBatch,
     limit: Duration,
-    timed: Option<&Arc<Outgoing>>,
 ) -> Streamed {
     if link.as_ref().is_some_and(|l| l.overdue(limit)) {
         *link = None;
@@ -367,12 +388,29 @@ async fn stream_send(
             "the peer did not answer on its stream",
         ));
     }
+    if matches!(link, Some(AnyLink::Grpc(_))) && opening.framed.try_now() {
+        // The fallback is over: the peer may have been upgraded.
+        *link = None;
+    }
+    let Opening {
+        to,
+        client,
+        framed,
+        timed,
+    } = opening;
+    if link.is_none() && framed.try_now() {
+        match open_framed(to, timed.cloned(), limit).await {
+            Ok(l) => *link = Some(AnyLink::Framed(l)),
+            Err(NotOpened::NotOffered) => framed.fall_back(&to.name),
+            Err(NotOpened::Failed(e)) => return Streamed::Failed(e),
+        }
+    }
     if link.is_none() {
         // Bounded like every other wait on the peer: a connection that
         // never answers the stream's opening would hold the lane forever
         // (no probe, no retry).
         match tokio::time::timeout(limit, Link::open(client, timed.cloned())).await {
-            Ok(Ok(l)) => *link = Some(l),
+            Ok(Ok(l)) => *link = Some(AnyLink::Grpc(l)),
             Ok(Err(e)) if e.code() == tonic::Code::Unimplemented => {
                 return Streamed::Unimplemented(batch)
             }
@@ -388,10 +426,40 @@ async fn stream_send(
         return Streamed::Failed(Status::internal("no stream"));
     };
     if l.send(batch, limit).await {
-        Streamed::Sent
-    } else {
-        *link = None;
-        Streamed::Stuck(Status::deadline_exceeded("the stream to the peer is stuck"))
+        return Streamed::Sent;
+    }
+    // A framed lane the peer closed after refusing this member (it was
+    // removed) fails the next write; the refusal may be read already.
+    let refused = match link.take() {
+        Some(AnyLink::Framed(mut l)) => l.answer().now_or_never().and_then(Result::err),
+        _ => None,
+    };
+    match refused {
+        Some(status) => Streamed::Failed(status),
+        None => Streamed::Stuck(Status::deadline_exceeded("the stream to the peer is stuck")),
+    }
+}
+
+/// Dials a framed lane to `to` and says hello, all within `limit`.
+async fn open_framed(
+    to: &Target,
+    timed: Option<Arc<Outgoing>>,
+    limit: Duration,
+) -> Result<FramedLink, NotOpened> {
+    let opening = async {
+        let (io, offered) = peer_dial::connect_framed(to.tls.clone(), &to.url, CONNECT_TIMEOUT)
+            .await
+            .map_err(|e| NotOpened::Failed(Status::unavailable(e)))?;
+        if !offered {
+            return Err(NotOpened::NotOffered);
+        }
+        FramedLink::hello(io, timed, MAX_BATCH_BYTES).await
+    };
+    match tokio::time::timeout(limit, opening).await {
+        Ok(opened) => opened,
+        Err(_) => Err(NotOpened::Failed(Status::deadline_exceeded(format!(
+            "the peer did not open a framed lane within {limit:?}"
+        )))),
     }
 }
 

@@ -49,7 +49,7 @@ impl PeerService {
 impl PeerService {
     /// Hands a batch's messages to the Raft loop; refuses the batch of a
     /// removed member, and a message that does not parse.
-    fn take(&self, batch: RaftBatch) -> Result<(), Status> {
+    pub(super) fn take(&self, batch: RaftBatch) -> Result<(), Status> {
         let traffic = self.node.peer_metrics().incoming(batch.from);
         let bytes = batch.messages.iter().map(|m| m.len()).sum();
         traffic.bytes(super::peer_metrics::batch_bytes(&batch, bytes));

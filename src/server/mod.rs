@@ -410,12 +410,17 @@ impl Server {
                     .add_service(crate::cluster::membership_service(node, &store));
                 let shutdown = async move { crate::api::stopped(&mut stop).await };
                 let incoming = accept::incoming(listener);
+                // Framed Raft lanes are served apart (`cluster/frames.rs`).
+                let lanes = (PeerService::new(node), stop_rx.clone());
                 peer_servers.push(match (&peer_live, tls) {
                     (Some(live), true) => tokio::spawn(router.serve_with_incoming_shutdown(
-                        tls::incoming(incoming, live.clone()),
+                        framed_apart(tls::incoming(incoming, live.clone()), lanes),
                         shutdown,
                     )),
-                    _ => tokio::spawn(router.serve_with_incoming_shutdown(incoming, shutdown)),
+                    _ => tokio::spawn(
+                        router
+                            .serve_with_incoming_shutdown(framed_apart(incoming, lanes), shutdown),
+                    ),
                 });
             }
         }
@@ -579,5 +584,24 @@ impl Server {
             }
         }
         result
+    }
+}
+
+/// The peer listener's connections `incoming`, without the framed Raft
+/// lanes (served apart with `service` until `stop`) unless they are turned
+/// off (`cluster/frames.rs`).
+fn framed_apart<IO, S>(
+    incoming: S,
+    (service, stop): (PeerService, watch::Receiver<bool>),
+) -> futures::stream::BoxStream<'static, std::io::Result<IO>>
+where
+    IO: crate::cluster::frames_serve::Sniff,
+    S: futures::Stream<Item = std::io::Result<IO>> + Send + 'static,
+{
+    use futures::StreamExt;
+    if crate::cluster::frames::enabled() {
+        crate::cluster::frames_serve::split(incoming, service, stop).boxed()
+    } else {
+        incoming.boxed()
     }
 }

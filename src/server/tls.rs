@@ -295,6 +295,14 @@ impl Files {
             )
         })?;
         config.alpn_protocols = vec![ALPN_H2.to_vec(), ALPN_HTTP1.to_vec()];
+        if self.flags.cert == PEER_FLAGS.cert && crate::cluster::frames::enabled() {
+            // Peer listeners serve framed Raft lanes too: first, since
+            // the server's order decides and a member dialling a lane
+            // also offers h2 (to tell an older member apart).
+            config
+                .alpn_protocols
+                .insert(0, crate::cluster::frames::ALPN.to_vec());
+        }
         Ok((
             config,
             Loaded {

@@ -343,7 +343,6 @@ impl Server for Ephd {
 
 #[path = "harness_members.rs"]
 mod members;
-use members::member_command;
 pub use members::LEARNER_REFUSAL;
 
 /// An ephd cluster: `n` ephd processes on loopback forming one cluster
@@ -406,58 +405,14 @@ impl EphdCluster {
     /// [`EphdCluster::start`] with peer URLs of `scheme` (`https` needs the
     /// peer TLS flags in `extra_args`).
     pub fn start_with_peer_scheme(n: usize, extra_args: &[&str], scheme: &str) -> EphdCluster {
-        let mut cluster = EphdCluster::spawn(n, extra_args, scheme);
-        for m in cluster.members.iter_mut().flatten() {
-            let endpoint = m.endpoint();
-            if let Err(e) = m.process.wait_ready(&endpoint) {
-                panic!("{e}\n{}", m.process.logs());
-            }
-        }
-        cluster
+        EphdCluster::start_each(n, extra_args, scheme, &|_, _| {})
     }
 
     /// [`EphdCluster::start_with_peer_scheme`] without waiting for
     /// anything: the processes are started, nothing more (tests of what a
     /// cluster answers from its first instant).
     pub fn spawn(n: usize, extra_args: &[&str], scheme: &str) -> EphdCluster {
-        let ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
-        let metrics: Vec<u16> = (0..n).map(|_| free_port()).collect();
-        let initial = ports
-            .iter()
-            .enumerate()
-            .map(|(i, (_, peer))| format!("m{i}={scheme}://127.0.0.1:{peer}"))
-            .collect::<Vec<_>>()
-            .join(",");
-        // A token of this run only, so no stray member of another test can
-        // ever be taken for one of these.
-        let token = format!("it-{}-{}", std::process::id(), ports[0].0);
-        let extra_args: Vec<String> = extra_args.iter().map(|a| a.to_string()).collect();
-        let mut members = Vec::new();
-        for (i, (client, peer)) in ports.iter().enumerate() {
-            let ports = (*client, *peer, metrics[i]);
-            let cmd = member_command(
-                &format!("m{i}"),
-                ports,
-                &initial,
-                &token,
-                "new",
-                &extra_args,
-                scheme,
-            );
-            members.push(ClusterMember {
-                client_port: *client,
-                peer_port: *peer,
-                metrics_port: metrics[i],
-                process: ServerProcess::spawn("ephd cluster member", cmd),
-            });
-        }
-        EphdCluster {
-            members: members.into_iter().map(Some).collect(),
-            names: initial.split(',').map(str::to_string).collect(),
-            token,
-            extra_args,
-            scheme: scheme.to_string(),
-        }
+        EphdCluster::spawn_each(n, extra_args, scheme, &|_, _| {})
     }
 
     /// Member `i`, unless it was killed.

@@ -3,7 +3,7 @@
 //! membership tests, `cluster_members.rs`); and waiting for a member that
 //! stops by itself (a removed one, `cluster_removal.rs`).
 
-use super::{free_port, ClusterMember, EphdCluster, ServerProcess};
+use super::{free_port, ClusterMember, EphdCluster, Server as _, ServerProcess};
 use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant};
 
@@ -60,6 +60,74 @@ pub(super) fn member_command(
 }
 
 impl EphdCluster {
+    /// [`EphdCluster::start_with_peer_scheme`], each member's command
+    /// changed by `each` (see [`EphdCluster::spawn_each`]).
+    pub fn start_each(
+        n: usize,
+        extra_args: &[&str],
+        scheme: &str,
+        each: &dyn Fn(usize, &mut Command),
+    ) -> EphdCluster {
+        let mut cluster = EphdCluster::spawn_each(n, extra_args, scheme, each);
+        for m in cluster.members.iter_mut().flatten() {
+            let endpoint = m.endpoint();
+            if let Err(e) = m.process.wait_ready(&endpoint) {
+                panic!("{e}\n{}", m.process.logs());
+            }
+        }
+        cluster
+    }
+
+    /// [`EphdCluster::spawn`], each member's command changed by `each`
+    /// (given the member's index) before it starts: a member that behaves
+    /// as another build would (its environment).
+    pub fn spawn_each(
+        n: usize,
+        extra_args: &[&str],
+        scheme: &str,
+        each: &dyn Fn(usize, &mut Command),
+    ) -> EphdCluster {
+        let ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
+        let metrics: Vec<u16> = (0..n).map(|_| free_port()).collect();
+        let initial = ports
+            .iter()
+            .enumerate()
+            .map(|(i, (_, peer))| format!("m{i}={scheme}://127.0.0.1:{peer}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        // A token of this run only, so no stray member of another test can
+        // ever be taken for one of these.
+        let token = format!("it-{}-{}", std::process::id(), ports[0].0);
+        let extra_args: Vec<String> = extra_args.iter().map(|a| a.to_string()).collect();
+        let mut members = Vec::new();
+        for (i, (client, peer)) in ports.iter().enumerate() {
+            let ports = (*client, *peer, metrics[i]);
+            let mut cmd = member_command(
+                &format!("m{i}"),
+                ports,
+                &initial,
+                &token,
+                "new",
+                &extra_args,
+                scheme,
+            );
+            each(i, &mut cmd);
+            members.push(ClusterMember {
+                client_port: *client,
+                peer_port: *peer,
+                metrics_port: metrics[i],
+                process: ServerProcess::spawn("ephd cluster member", cmd),
+            });
+        }
+        EphdCluster {
+            members: members.into_iter().map(Some).collect(),
+            names: initial.split(',').map(str::to_string).collect(),
+            token,
+            extra_args,
+            scheme: scheme.to_string(),
+        }
+    }
+
     /// Starts member process `name` with `--initial-cluster-state state`,
     /// on the ports of member `i` when given (a restart in place, its
     /// `--initial-cluster` unchanged) or on new ones (a new member, named
@@ -220,5 +288,12 @@ impl super::Ephd {
         // SAFETY: kill(2) on the child process this handle owns.
         unsafe { libc::kill(self.pid() as i32, libc::SIGTERM) };
         self.process.wait_exit(limit).is_some_and(|s| s.success())
+    }
+}
+
+impl ClusterMember {
+    /// What the member's process wrote so far.
+    pub fn logs(&self) -> String {
+        self.process.logs()
     }
 }

@@ -15,6 +15,7 @@ mod cluster_catchup_load;
 mod cluster_compaction;
 mod cluster_data_dir;
 mod cluster_force;
+mod cluster_framed;
 mod cluster_initial;
 mod cluster_leader;
 mod cluster_leaderless;

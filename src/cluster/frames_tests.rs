@@ -1,0 +1,78 @@
+//! Unit tests of the framed lanes' wire format (`frames.rs`).
+
+use super::*;
+
+#[tokio::test]
+async fn frames_come_back_whole_however_the_bytes_are_cut() {
+    let mut out = BytesMut::new();
+    put_message(
+        &mut out,
+        BATCH,
+        &RaftBatch {
+            messages: vec![Bytes::from_static(b"one"), Bytes::from(vec![7u8; 100_000])],
+            from: 9,
+            ack: 3,
+        },
+    );
+    put_message(&mut out, ACK, &RaftAck { ack: 3 });
+    put_refusal(&mut out, &Status::failed_precondition("removed"));
+    // Fed a few bytes at a time, as a slow connection delivers them.
+    let (mut tx, rx) = tokio::io::duplex(7);
+    let bytes = out.freeze();
+    let writer = tokio::spawn(async move { tx.write_all(&bytes).await });
+    let mut reader = FrameReader::new(rx, 1 << 20);
+    let (kind, payload) = reader.next().await.unwrap().unwrap();
+    assert_eq!(kind, BATCH);
+    let batch = RaftBatch::decode(payload).unwrap();
+    assert_eq!((batch.from, batch.ack, batch.messages.len()), (9, 3, 2));
+    assert_eq!(batch.messages[1].len(), 100_000);
+    let (kind, payload) = reader.next().await.unwrap().unwrap();
+    assert_eq!((kind, RaftAck::decode(payload).unwrap().ack), (ACK, 3));
+    let (kind, payload) = reader.next().await.unwrap().unwrap();
+    assert_eq!(kind, REFUSED);
+    let status = refusal(payload);
+    assert_eq!(status.code(), Code::FailedPrecondition);
+    assert_eq!(status.message(), "removed");
+    writer.await.unwrap().unwrap();
+    assert!(
+        reader.next().await.unwrap().is_none(),
+        "ends between frames"
+    );
+}
+
+#[tokio::test]
+async fn a_frame_over_the_limit_or_cut_short_is_an_error() {
+    let mut out = BytesMut::new();
+    put_message(
+        &mut out,
+        BATCH,
+        &RaftBatch {
+            messages: vec![Bytes::from(vec![1u8; 2000])],
+            from: 1,
+            ack: 0,
+        },
+    );
+    let mut reader = FrameReader::new(&out[..], 1000);
+    let e = reader.next().await.unwrap_err();
+    assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+    let mut reader = FrameReader::new(&out[..out.len() - 1], 1 << 20);
+    let e = reader.next().await.unwrap_err();
+    assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
+    // A refusal too short to hold a code is still a status, not a panic.
+    assert_eq!(refusal(Bytes::from_static(b"ab")).code(), Code::Internal);
+}
+
+#[tokio::test]
+async fn reading_again_after_a_cancelled_read_loses_nothing() {
+    let (mut tx, rx) = tokio::io::duplex(64);
+    let mut reader = FrameReader::new(rx, 1 << 20);
+    let mut out = BytesMut::new();
+    put_message(&mut out, ACK, &RaftAck { ack: 42 });
+    // Half a frame, then a read that is given up on.
+    tx.write_all(&out[..4]).await.unwrap();
+    let cut = tokio::time::timeout(Duration::from_millis(50), reader.next()).await;
+    assert!(cut.is_err(), "half a frame is not a frame");
+    tx.write_all(&out[4..]).await.unwrap();
+    let (kind, payload) = reader.next().await.unwrap().unwrap();
+    assert_eq!((kind, RaftAck::decode(payload).unwrap().ack), (ACK, 42));
+}
