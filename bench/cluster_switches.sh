@@ -48,7 +48,14 @@ for i in 0 1 2; do
   pids+=($!)
 done
 for _ in $(seq 50); do python3 "$HERE/cluster_tool.py" whole "$EPS" 2>/dev/null && break; sleep 0.3; done
-read -r li _ < <(python3 "$HERE/cluster_tool.py" leader "$EPS")
+# The members may serve before they agree on a leader: ask until they do.
+li=
+for _ in $(seq 50); do
+  read -r li _ < <(python3 "$HERE/cluster_tool.py" leader "$EPS" 2>/dev/null) && break
+  li=
+  sleep 0.3
+done
+[ -n "$li" ] || { echo "the members agreed on no leader within 15 s" >&2; exit 1; }
 L=${pids[$li]}
 
 snap() { # pid thread-name switches cpu-ticks, one line per thread
