@@ -35,13 +35,13 @@
 //! older builds); see CLUSTER.md.
 
 use super::peer_metrics::Outgoing;
-use super::peer_stream::AckClock;
+use super::peer_stream::Acks;
 use crate::proto::ephd::internal::{RaftAck, RaftBatch};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use prost::Message as _;
 use std::io;
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
 use tonic::{Code, Status};
 
@@ -199,9 +199,7 @@ pub(super) struct FramedLink {
     writer: WriteHalf<Box<dyn PeerIo>>,
     /// The frame being written (kept for its allocation).
     out: BytesMut,
-    acks_asked: AckClock,
-    /// Where the acks' round trips go (the control lane's link).
-    timed: Option<Arc<Outgoing>>,
+    acks: Acks,
 }
 
 impl FramedLink {
@@ -227,8 +225,7 @@ impl FramedLink {
             reader,
             writer,
             out: BytesMut::new(),
-            acks_asked: AckClock::default(),
-            timed,
+            acks: Acks::new(timed),
         })
     }
 
@@ -236,9 +233,7 @@ impl FramedLink {
     /// could not be written within `limit` (the connection is then
     /// unusable: a frame may be half written).
     pub(super) async fn send(&mut self, mut batch: RaftBatch, limit: Duration) -> bool {
-        batch.ack = self
-            .acks_asked
-            .ask(Instant::now(), batch.messages.is_empty());
+        self.acks.stamp(&mut batch);
         self.out.clear();
         put_message(&mut self.out, BATCH, &batch);
         let written = tokio::time::timeout(limit, self.writer.write_all(&self.out)).await;
@@ -251,7 +246,7 @@ impl FramedLink {
 
     /// Whether the awaited ack is later than `limit`.
     pub(super) fn overdue(&self, limit: Duration) -> bool {
-        self.acks_asked.overdue(Instant::now(), limit)
+        self.acks.overdue(limit)
     }
 
     /// The peer's next answer: `Ok` for an ack, the refusal or the
@@ -261,10 +256,7 @@ impl FramedLink {
             Ok(Some((ACK, payload))) => {
                 let ack = RaftAck::decode(payload)
                     .map_err(|e| Status::internal(format!("a malformed ack: {e}")))?;
-                let asked = self.acks_asked.answered(ack.ack);
-                if let (Some(at), Some(t)) = (asked, &self.timed) {
-                    t.round_trip(at.elapsed());
-                }
+                self.acks.answered(ack.ack);
                 Ok(())
             }
             Ok(Some((REFUSED, payload))) => Err(refusal(payload)),

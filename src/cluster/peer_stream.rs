@@ -37,10 +37,8 @@ pub(super) const HANDED: usize = 4;
 /// An open stream to a peer.
 pub(super) struct Link {
     tx: mpsc::Sender<RaftBatch>,
-    acks: Streaming<RaftAck>,
-    acks_asked: AckClock,
-    /// Where the acks' round trips go (the control lane's stream).
-    timed: Option<Arc<Outgoing>>,
+    answers: Streaming<RaftAck>,
+    acks: Acks,
 }
 
 impl Link {
@@ -57,9 +55,8 @@ impl Link {
             .await?;
         Ok(Link {
             tx,
-            acks: answer.into_inner(),
-            acks_asked: AckClock::default(),
-            timed,
+            answers: answer.into_inner(),
+            acks: Acks::new(timed),
         })
     }
 
@@ -67,9 +64,7 @@ impl Link {
     /// (see [`AckClock::ask`]); false when it could not be handed within
     /// `limit` (the connection is stuck) or the stream is gone.
     pub(super) async fn send(&mut self, mut batch: RaftBatch, limit: Duration) -> bool {
-        batch.ack = self
-            .acks_asked
-            .ask(Instant::now(), batch.messages.is_empty());
+        self.acks.stamp(&mut batch);
         matches!(
             tokio::time::timeout(limit, self.tx.send(batch)).await,
             Ok(Ok(()))
@@ -78,23 +73,55 @@ impl Link {
 
     /// Whether the awaited ack is later than `limit`.
     pub(super) fn overdue(&self, limit: Duration) -> bool {
-        self.acks_asked.overdue(Instant::now(), limit)
+        self.acks.overdue(limit)
     }
 
     /// The peer's next answer: `Ok` for an ack, the status the stream
     /// ended with otherwise.
     pub(super) async fn answer(&mut self) -> Result<(), Status> {
-        match self.acks.message().await {
+        match self.answers.message().await {
             Ok(Some(ack)) => {
-                let asked = self.acks_asked.answered(ack.ack);
-                if let (Some(at), Some(t)) = (asked, &self.timed) {
-                    t.round_trip(at.elapsed());
-                }
+                self.acks.answered(ack.ack);
                 Ok(())
             }
             Ok(None) => Err(Status::unavailable("the peer ended the stream")),
             Err(e) => Err(e),
         }
+    }
+}
+
+/// The acks a link (a gRPC stream, or a framed lane) asks for and awaits,
+/// and where their round trips go.
+pub(super) struct Acks {
+    clock: AckClock,
+    /// Where the acks' round trips go (the control lane's link).
+    timed: Option<Arc<Outgoing>>,
+}
+
+impl Acks {
+    /// No ack asked yet; round trips go to `timed` when set.
+    pub(super) fn new(timed: Option<Arc<Outgoing>>) -> Acks {
+        Acks {
+            clock: AckClock::default(),
+            timed,
+        }
+    }
+
+    /// Sets the ack `batch` asks for, now (0: none; see [`AckClock::ask`]).
+    pub(super) fn stamp(&mut self, batch: &mut RaftBatch) {
+        batch.ack = self.clock.ask(Instant::now(), batch.messages.is_empty());
+    }
+
+    /// Ack `n` came: its round trip is recorded if it was the awaited one.
+    pub(super) fn answered(&mut self, n: u64) {
+        if let (Some(at), Some(t)) = (self.clock.answered(n), &self.timed) {
+            t.round_trip(at.elapsed());
+        }
+    }
+
+    /// Whether the awaited ack is later than `limit`.
+    pub(super) fn overdue(&self, limit: Duration) -> bool {
+        self.clock.overdue(Instant::now(), limit)
     }
 }
 

@@ -10,7 +10,7 @@
 use std::process::Command;
 
 use crate::cluster::{agreed_leader, linearizable_get, put, same_everywhere, TIMING};
-use crate::cluster_tls::peer_certs_with_rogue;
+use crate::cluster_tls::{peer_certs_with_rogue, peer_tls_flags};
 use crate::harness::{ClusterMember, EphdCluster};
 
 /// What a member logs when a peer serves no framed lanes.
@@ -90,13 +90,7 @@ async fn framed_members_fall_back_to_grpc_for_a_member_without_framed_lanes() {
 async fn under_peer_tls_the_alpn_protocol_tells_framed_members_apart() {
     let dir = tempfile::tempdir().unwrap();
     peer_certs_with_rogue(dir.path(), "rogue-member");
-    let path = |f: &str| dir.path().join(f).display().to_string();
-    let files = [
-        format!("--peer-cert-file={}", path("peer.crt")),
-        format!("--peer-key-file={}", path("peer.key")),
-        format!("--peer-trusted-ca-file={}", path("peer-ca.crt")),
-        "--peer-client-cert-auth=true".to_string(),
-    ];
+    let files = peer_tls_flags(dir.path());
     mixed_cluster_replicates("https", &files).await;
 }
 
@@ -151,13 +145,7 @@ async fn framed_hello(dir: &std::path::Path, port: u16, identity: Option<&str>) 
 async fn a_framed_lane_needs_a_certificate_of_the_peer_ca() {
     let dir = tempfile::tempdir().unwrap();
     peer_certs_with_rogue(dir.path(), "rogue-member");
-    let path = |f: &str| dir.path().join(f).display().to_string();
-    let files = [
-        format!("--peer-cert-file={}", path("peer.crt")),
-        format!("--peer-key-file={}", path("peer.key")),
-        format!("--peer-trusted-ca-file={}", path("peer-ca.crt")),
-        "--peer-client-cert-auth=true".to_string(),
-    ];
+    let files = peer_tls_flags(dir.path());
     let mut args: Vec<&str> = TIMING.to_vec();
     args.extend(files.iter().map(String::as_str));
     let cluster = EphdCluster::start_each(3, &args, "https", &|_, _| {});

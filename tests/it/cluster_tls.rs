@@ -37,6 +37,19 @@ pub(crate) fn peer_certs_with_rogue(dir: &Path, rogue_cn: &str) {
     issue(dir, "rogue-ca", "rogue", "peer.ext", rogue_cn);
 }
 
+/// The peer TLS flags of a member with the files [`peer_certs`] wrote in
+/// `dir`: its certificate both ways, the peer CA, client certificates
+/// required.
+pub(crate) fn peer_tls_flags(dir: &Path) -> Vec<String> {
+    let path = |f: &str| dir.join(f).display().to_string();
+    vec![
+        format!("--peer-cert-file={}", path("peer.crt")),
+        format!("--peer-key-file={}", path("peer.key")),
+        format!("--peer-trusted-ca-file={}", path("peer-ca.crt")),
+        "--peer-client-cert-auth=true".to_string(),
+    ]
+}
+
 /// Sends an empty batch of Raft messages to `url` as a peer would, with
 /// the peer CA trusted and `identity` presented (if any).
 async fn send_empty_batch(url: &str, dir: &Path, identity: Option<&str>) -> Result<(), String> {
@@ -66,13 +79,7 @@ async fn send_empty_batch(url: &str, dir: &Path, identity: Option<&str>) -> Resu
 async fn members_replicate_over_peer_tls_and_turn_away_untrusted_peers() {
     let dir = tempfile::tempdir().unwrap();
     peer_certs(dir.path());
-    let path = |f: &str| dir.path().join(f).display().to_string();
-    let files = [
-        format!("--peer-cert-file={}", path("peer.crt")),
-        format!("--peer-key-file={}", path("peer.key")),
-        format!("--peer-trusted-ca-file={}", path("peer-ca.crt")),
-        "--peer-client-cert-auth=true".to_string(),
-    ];
+    let files = peer_tls_flags(dir.path());
     let mut args: Vec<&str> = TIMING.to_vec();
     args.extend(files.iter().map(String::as_str));
     let cluster = EphdCluster::start_with_peer_scheme(3, &args, "https");
