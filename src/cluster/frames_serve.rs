@@ -60,7 +60,7 @@ impl Sniff for tokio_rustls::server::TlsStream<TcpStream> {
 
 /// `incoming` without its framed lanes, which are served here with
 /// `service` until `stop`; dropping the stream ends them too.
-pub fn split<IO, S>(
+fn split<IO, S>(
     incoming: S,
     service: PeerService,
     stop: watch::Receiver<bool>,
@@ -99,6 +99,24 @@ where
             }
         },
     )
+}
+
+/// The peer listener's connections `incoming`, without the framed Raft
+/// lanes (served apart with `service` until `stop`) unless they are turned
+/// off (`cluster/frames.rs`).
+pub fn framed_apart<IO, S>(
+    incoming: S,
+    (service, stop): (PeerService, watch::Receiver<bool>),
+) -> futures::stream::BoxStream<'static, io::Result<IO>>
+where
+    IO: Sniff,
+    S: Stream<Item = io::Result<IO>> + Send + 'static,
+{
+    if frames::enabled() {
+        split(incoming, service, stop).boxed()
+    } else {
+        incoming.boxed()
+    }
 }
 
 /// Serves one framed lane: answers the hello, hands each batch to the Raft

@@ -414,13 +414,16 @@ impl Server {
                 let lanes = (PeerService::new(node), stop_rx.clone());
                 peer_servers.push(match (&peer_live, tls) {
                     (Some(live), true) => tokio::spawn(router.serve_with_incoming_shutdown(
-                        framed_apart(tls::incoming(incoming, live.clone()), lanes),
+                        crate::cluster::frames_serve::framed_apart(
+                            tls::incoming(incoming, live.clone()),
+                            lanes,
+                        ),
                         shutdown,
                     )),
-                    _ => tokio::spawn(
-                        router
-                            .serve_with_incoming_shutdown(framed_apart(incoming, lanes), shutdown),
-                    ),
+                    _ => tokio::spawn(router.serve_with_incoming_shutdown(
+                        crate::cluster::frames_serve::framed_apart(incoming, lanes),
+                        shutdown,
+                    )),
                 });
             }
         }
@@ -584,24 +587,5 @@ impl Server {
             }
         }
         result
-    }
-}
-
-/// The peer listener's connections `incoming`, without the framed Raft
-/// lanes (served apart with `service` until `stop`) unless they are turned
-/// off (`cluster/frames.rs`).
-fn framed_apart<IO, S>(
-    incoming: S,
-    (service, stop): (PeerService, watch::Receiver<bool>),
-) -> futures::stream::BoxStream<'static, std::io::Result<IO>>
-where
-    IO: crate::cluster::frames_serve::Sniff,
-    S: futures::Stream<Item = std::io::Result<IO>> + Send + 'static,
-{
-    use futures::StreamExt;
-    if crate::cluster::frames::enabled() {
-        crate::cluster::frames_serve::split(incoming, service, stop).boxed()
-    } else {
-        incoming.boxed()
     }
 }
