@@ -6,10 +6,11 @@
 //!   its store at once, exactly as before cluster mode existed; a cluster
 //!   member proposes it to the Raft log and answers with its own result of
 //!   applying it once committed.
-//! * `node.rs`: a member's Raft node and the apply thread that applies
-//!   committed entries in log order through `Store::apply`;
-//!   `raft_loop.rs`: the Raft loop's rounds, run by the Raft thread and by
-//!   the threads that bring it proposals and peer messages.
+//! * `node.rs`: a member's Raft node; `raft_loop.rs`: the Raft loop's
+//!   rounds, run by the Raft thread and by the threads that bring it
+//!   proposals and peer messages; `apply_loop.rs`: committed entries
+//!   applied in log order through `Store::apply`, by the apply thread or,
+//!   for small batches, by the thread that ran the round.
 //! * `peers.rs`, `sender.rs` and `transport.rs`: Raft messages to and
 //!   from the other members (two lanes per peer, control and bulk), each
 //!   lane a framed connection (`frames.rs`, `frames_serve.rs`) or, with
@@ -42,6 +43,9 @@
 //!   and `saved_transfer.rs`: from the newest file among the waiting
 //!   members, fetched in pieces.
 
+mod apply_loop;
+#[cfg(test)]
+mod apply_loop_tests;
 mod auth_change;
 mod authorized;
 mod catchup;

@@ -8,31 +8,30 @@
 //!   on its own clock so request load cannot delay heartbeats, and on the
 //!   threads that bring proposals and peer messages when nobody else is
 //!   running a round. A round never waits for the store.
-//! * The apply thread applies committed entries in log order through
-//!   `Store::apply` (the same function a single member calls), and hands
-//!   the result of each entry this member proposed to the request waiting
-//!   for it.
+//! * Committed entries are applied in log order through `Store::apply`
+//!   (the same function a single member calls) by the apply thread, or,
+//!   for small batches, by the thread that ran the round
+//!   (`apply_loop.rs`); the result of each entry this member proposed goes
+//!   to the request waiting for it.
 
-use super::catchup::{self, CatchUp, LogStore, Work};
+use super::apply_loop::{Applier, ApplyCore};
+use super::catchup::{CatchUp, LogStore};
 use super::entry;
 use super::initial_gate::InitialGate;
 use super::input::Input;
 use super::logger;
-use super::members::{self, Boot, Members};
+use super::members::{Boot, Members};
 use super::peers::Peers;
-use super::queue::{self, Receiver, Sender};
+use super::queue::{self, Sender};
 use super::raft_loop::{Core, RaftLoop};
 use super::saved;
-use super::sections;
 use super::status::RaftStatus;
 use super::timeouts;
 use super::waiters::Waiters;
 use crate::config::ClusterConfig;
 use crate::error::{Error, Result};
 use crate::mvcc::{Applied, Entry, Store};
-use bytes::Bytes;
 use parking_lot::Mutex;
-use raft::prelude::EntryType;
 use raft::{RawNode, ReadOnlyOption};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -151,12 +150,6 @@ impl Node {
             members: members.clone(),
             held: Vec::new(),
         };
-        let core = Core::new(raft_loop, inbox.clone());
-        let raft_core = core.clone();
-        let raft_thread = std::thread::Builder::new()
-            .name("ephd-raft".into())
-            .spawn(move || raft_core.run(bell))
-            .map_err(|e| format!("cannot start the raft thread: {e}"))?;
         let leases = super::lease_state::LeaseForward::new(id, members.clone(), store.clone());
         // A resumed store is past its initial revision (`saved.rs`).
         let gate = Arc::new(InitialGate::new(hold_writes && boot.resume.is_none()));
@@ -172,9 +165,16 @@ impl Node {
             gate: gate.clone(),
             answers: Vec::new(),
         };
+        let apply = ApplyCore::new(applier, committed);
+        let core = Core::new(raft_loop, inbox.clone(), apply.clone());
+        let raft_core = core.clone();
+        let raft_thread = std::thread::Builder::new()
+            .name("ephd-raft".into())
+            .spawn(move || raft_core.run(bell))
+            .map_err(|e| format!("cannot start the raft thread: {e}"))?;
         let apply_thread = std::thread::Builder::new()
             .name("ephd-apply".into())
-            .spawn(move || applier.run(committed))
+            .spawn(move || apply.run())
             .map_err(|e| format!("cannot start the apply thread: {e}"))?;
         tracing::info!(
             member_id = %format_args!("{id:x}"),
@@ -395,96 +395,5 @@ impl Node {
         self.waiters.clear();
         self.reads.clear();
         self.members.waiters.clear();
-    }
-}
-
-/// The apply thread's state.
-struct Applier {
-    id: u64,
-    store: Arc<Store>,
-    waiters: Arc<Waiters<Result<Applied>>>,
-    status: Arc<RaftStatus>,
-    applied: Arc<watch::Sender<u64>>,
-    /// Where a captured snapshot goes once encoded.
-    inbox: Sender<Input>,
-    /// The term of the last applied entry.
-    term: u64,
-    members: Arc<Members>,
-    gate: Arc<InitialGate>,
-    /// Results of this member's proposals in the current batch.
-    answers: Vec<(u64, Result<Applied>)>,
-}
-
-impl Applier {
-    fn run(mut self, committed: Receiver<Work>) {
-        for work in committed {
-            let batch = match work {
-                Work::Entries(batch) => batch,
-                Work::Install(snap) => {
-                    let (index, sections) =
-                        catchup::install(&self.store, &snap, self.status.log(), sections::decode);
-                    sections::install(sections, &self.store, &self.members, self.id, &self.inbox);
-                    self.gate.installed(&self.store);
-                    self.term = snap.get_metadata().term;
-                    self.status.applied.store(index, Ordering::Relaxed);
-                    self.applied.send_replace(index);
-                    continue;
-                }
-                Work::Save(tx) => {
-                    let index = self.status.applied();
-                    drop(tx.send(saved::capture(&self.store, &self.members, index, self.term)));
-                    continue;
-                }
-                Work::Capture => {
-                    let index = self.status.applied();
-                    let sections = sections::capture(&self.store, &self.members);
-                    catchup::capture(&self.store, sections, index, self.term, self.inbox.clone());
-                    continue;
-                }
-            };
-            for mut e in batch {
-                if e.get_index() <= self.status.applied() {
-                    // Already in an installed snapshot.
-                    continue;
-                }
-                match e.get_entry_type() {
-                    EntryType::EntryNormal if !e.get_data().is_empty() => {
-                        self.apply_one(e.get_index(), e.get_term(), e.take_data());
-                    }
-                    EntryType::EntryConfChange => {
-                        members::apply_entry(&self.members, self.id, &self.inbox, e.get_data());
-                    }
-                    // Empty entries (a new leader's first) change nothing;
-                    // ephd proposes no ConfChangeV2.
-                    _ => {}
-                }
-                self.term = e.get_term();
-                self.status.applied.store(e.get_index(), Ordering::Relaxed);
-            }
-            self.applied.send_replace(self.status.applied());
-            self.waiters.finish_all(&mut self.answers);
-        }
-    }
-
-    fn apply_one(&mut self, index: u64, term: u64, data: Bytes) {
-        match entry::decode(data) {
-            Ok(p) => {
-                // A term-checked entry (a lease revoke or checkpoint) that a
-                // later term committed was proposed by a deposed leader:
-                // every member sees the same terms, so every member refuses.
-                let result = if p.term != 0 && p.term != term {
-                    Err(Error::LeaderChanged)
-                } else {
-                    self.store.apply_replicated(p.entry)
-                };
-                self.gate.applied(&result);
-                if p.proposer == self.id {
-                    self.answers.push((p.proposal, result));
-                }
-            }
-            // Every member fails the same way on the same bytes, so the
-            // stores stay the same; the proposer times out.
-            Err(e) => tracing::error!(index, error = %e, "raft entry skipped"),
-        }
     }
 }

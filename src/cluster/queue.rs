@@ -147,14 +147,7 @@ impl<T> Sender<T> {
     /// Wakes the receiver if it is parked; a [`Bell`] not waiting yet
     /// returns at once from its next wait.
     pub(super) fn wake(&self) {
-        let mut s = self.0.state.lock();
-        let wake = s.parked;
-        s.parked = false;
-        s.rung = !wake;
-        drop(s);
-        if wake {
-            self.0.ready.notify_one();
-        }
+        ring(&self.0);
     }
 
     fn push(&self, mut s: MutexGuard<'_, State<T>>, item: T) {
@@ -192,6 +185,17 @@ impl<T> Drop for Sender<T> {
 pub(super) struct Bell<T>(Arc<Shared<T>>);
 
 impl<T> Bell<T> {
+    /// [`Sender::wake`], from the receiving side: for a thread that took
+    /// items itself and leaves the rest to the waiting thread.
+    pub(super) fn ring(&self) {
+        ring(&self.0);
+    }
+
+    /// Whether items wait in the shared queue, not yet taken.
+    pub(super) fn has_queued(&self) -> bool {
+        !self.0.state.lock().items.is_empty()
+    }
+
     /// Parks until an item is queued (and a waking send or
     /// [`Sender::wake`] rings), every sender is gone, or `deadline`; at
     /// once when items already wait or a wake rang since the last wait.
@@ -210,6 +214,19 @@ impl<T> Bell<T> {
     }
 }
 
+/// Wakes the receiver of `shared` if it is parked, or makes the next
+/// [`Bell`] wait return at once.
+fn ring<T>(shared: &Shared<T>) {
+    let mut s = shared.state.lock();
+    let wake = s.parked;
+    s.parked = false;
+    s.rung = !wake;
+    drop(s);
+    if wake {
+        shared.ready.notify_one();
+    }
+}
+
 impl<T> Receiver<T> {
     /// A [`Bell`] of this channel.
     pub(super) fn bell(&self) -> Bell<T> {
@@ -219,6 +236,14 @@ impl<T> Receiver<T> {
     /// Whether items taken from the shared queue wait here.
     pub(super) fn has_taken(&self) -> bool {
         !self.taken.is_empty()
+    }
+
+    /// The next item without taking it, if one is queued.
+    pub(super) fn peek(&mut self) -> Option<&T> {
+        if self.taken.is_empty() {
+            self.take_all();
+        }
+        self.taken.front()
     }
 
     /// The next item, if one is queued.

@@ -27,6 +27,7 @@
 //! as it ended the Raft thread before: the loop is dropped, its inbox
 //! closes, and proposals fail with `etcdserver: server stopped`.
 
+use super::apply_loop::ApplyCore;
 use super::catchup::{CatchUp, LogStore, Work};
 use super::input::Input;
 use super::members::{self, Members};
@@ -68,15 +69,18 @@ enum Round {
 pub(super) struct Core {
     raft: Mutex<Option<RaftLoop>>,
     inbox: Sender<Input>,
+    /// Where committed entries are applied (`apply_loop.rs`).
+    apply: Arc<ApplyCore>,
 }
 
 impl Core {
     /// Puts `raft` behind the lock; `inbox` is the sending side of its
-    /// input queue.
-    pub(super) fn new(raft: RaftLoop, inbox: Sender<Input>) -> Arc<Core> {
+    /// input queue, `apply` where its committed entries go.
+    pub(super) fn new(raft: RaftLoop, inbox: Sender<Input>, apply: Arc<ApplyCore>) -> Arc<Core> {
         Arc::new(Core {
             raft: Mutex::new(Some(raft)),
             inbox,
+            apply,
         })
     }
 
@@ -117,6 +121,9 @@ impl Core {
             };
             let round = run_round(&mut raft);
             drop(raft);
+            // What the round committed is applied here when small and
+            // nobody else is applying (`apply_loop.rs`).
+            self.apply.combine();
             // Looked at after the unlock: an input queued by a sender
             // that found the lock taken is seen here or by that sender.
             if round == Round::Stop || (round == Round::Done && !self.inbox.has_queued()) {
@@ -139,12 +146,18 @@ impl Core {
                 return;
             }
             let mut raft = self.raft.lock();
-            loop {
+            let stop = loop {
                 match run_round(&mut raft) {
                     Round::More => continue,
-                    Round::Done => break,
-                    Round::Stop => return,
+                    Round::Done => break false,
+                    Round::Stop => break true,
                 }
+            };
+            drop(raft);
+            // The Raft thread never applies: it wakes the apply thread.
+            self.apply.hand_off();
+            if stop {
+                return;
             }
         }
     }
@@ -349,7 +362,9 @@ impl RaftLoop {
             self.status
                 .committed
                 .store(last.get_index(), Ordering::Relaxed);
-            let _ = self.to_apply.send(Work::Entries(entries));
+            // Quietly: whoever ran this round applies them or wakes the
+            // apply thread after it (`Core::combine`, `Core::run`).
+            let _ = self.to_apply.try_send_quiet(Work::Entries(entries));
         }
     }
 

@@ -1,0 +1,286 @@
+//! Applying committed entries, in log order, and who does it.
+//!
+//! The Raft loop queues what it committed (`Work::Entries`), and snapshot
+//! work (install, capture, save) comes the same way. The applier sits
+//! behind one lock in [`ApplyCore`], and two kinds of thread take from
+//! the queue, always while holding that lock, so the order is the log's:
+//!
+//! * the apply thread, woken for every kind of work (snapshots, large
+//!   batches, and whatever is left over);
+//! * a thread that just ran a Raft round on a hot path (a client's
+//!   request task, a peer's lane reader, see `raft_loop.rs`): when the
+//!   lock is free and the queued batches are small it applies them
+//!   itself ([`ApplyCore::combine`]) and leaves the rest to the apply
+//!   thread.
+//!
+//! Why: below peak each put's batch travels mostly on its own, and handing
+//! it to a parked apply thread cost a futex wake and a context switch on
+//! every member, and then another to wake the request's task from outside
+//! the runtime. On two cores shared by three members and a load tool each
+//! such crossing waits for a core, and those waits are most of a put's
+//! latency at half of peak (BENCHMARKS.md, "Applying where the round
+//! ran"). A single member applies on the request's thread the same way.
+//! Large batches (peak load, catch-up) still go to the apply thread, so a
+//! request task is never held for long, and the Raft thread never applies:
+//! ticks and heartbeats do not wait for the store.
+//!
+//! A panic while applying stops applying for good, as it ended the apply
+//! thread before: the queue closes and waiting requests time out.
+
+use super::catchup::{self, Work};
+use super::entry;
+use super::initial_gate::InitialGate;
+use super::input::Input;
+use super::members::{self, Members};
+use super::queue::{Bell, Receiver, Sender};
+use super::saved;
+use super::sections;
+use super::status::RaftStatus;
+use super::waiters::Waiters;
+use crate::error::{Error, Result};
+use crate::mvcc::{Applied, Store};
+use bytes::Bytes;
+use parking_lot::Mutex;
+use raft::prelude::EntryType;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+
+/// Entries in one batch that a round's thread applies itself at most.
+const COMBINED_ENTRIES: usize = 64;
+/// Bytes of entries in one batch that a round's thread applies itself at
+/// most.
+const COMBINED_BYTES: usize = 256 * 1024;
+/// Batches one combining thread applies at most before it leaves the rest
+/// to the apply thread.
+const COMBINED_BATCHES: usize = 4;
+
+/// The applier behind its lock, with the queue into it.
+pub(super) struct ApplyCore {
+    /// `None` once applying has stopped (a panic).
+    state: Mutex<Option<Applying>>,
+    /// Wakes the apply thread.
+    bell: Bell<Work>,
+}
+
+/// What [`ApplyCore::combine`] does with the next queued work.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Next {
+    Nothing,
+    Apply,
+    Leave,
+}
+
+struct Applying {
+    applier: Applier,
+    committed: Receiver<Work>,
+}
+
+impl ApplyCore {
+    /// Puts `applier` and the receiving side of its queue behind the lock.
+    pub(super) fn new(applier: Applier, committed: Receiver<Work>) -> Arc<ApplyCore> {
+        Arc::new(ApplyCore {
+            bell: committed.bell(),
+            state: Mutex::new(Some(Applying { applier, committed })),
+        })
+    }
+
+    /// On a thread that just ran a Raft round: applies the small batches
+    /// queued, when nobody else is applying, and wakes the apply thread for
+    /// anything else. When the lock is taken the holder finds the batches
+    /// after it lets go (the apply thread looks at the queue before it
+    /// parks; a combining holder looks again here).
+    pub(super) fn combine(&self) {
+        for _ in 0..COMBINED_BATCHES {
+            let Some(mut guard) = self.state.try_lock() else {
+                return;
+            };
+            let Some(a) = guard.as_mut() else {
+                return;
+            };
+            let next = match a.committed.peek() {
+                None => Next::Nothing,
+                Some(Work::Entries(batch)) if small(batch) => Next::Apply,
+                Some(_) => Next::Leave,
+            };
+            match next {
+                Next::Apply => {
+                    let Some(work) = a.committed.try_recv() else {
+                        return;
+                    };
+                    if !apply_guarded(&mut guard, work) {
+                        return;
+                    }
+                }
+                Next::Nothing => {
+                    drop(guard);
+                    // Looked at after the unlock: work queued by a thread
+                    // that found the lock taken is taken here or by it.
+                    if !self.bell.has_queued() {
+                        return;
+                    }
+                }
+                Next::Leave => {
+                    drop(guard);
+                    // Taken into the receiver's own buffer, which the apply
+                    // thread's wait does not look at: ring.
+                    self.bell.ring();
+                    return;
+                }
+            }
+        }
+        self.bell.ring();
+    }
+
+    /// After the Raft thread's rounds: wakes the apply thread for what
+    /// they queued (the Raft thread never applies).
+    pub(super) fn hand_off(&self) {
+        if self.bell.has_queued() {
+            self.bell.ring();
+        }
+    }
+
+    /// The apply thread: applies whatever is queued whenever it is woken,
+    /// until every sender is gone or applying has stopped.
+    pub(super) fn run(self: Arc<ApplyCore>) {
+        loop {
+            let open = self
+                .bell
+                .wait_until(Instant::now() + Duration::from_secs(3600));
+            let mut guard = self.state.lock();
+            loop {
+                let Some(work) = guard.as_mut().and_then(|a| a.committed.try_recv()) else {
+                    break;
+                };
+                if !apply_guarded(&mut guard, work) {
+                    return;
+                }
+            }
+            if !open {
+                // The Raft loop is gone: so is everything still to apply.
+                *guard = None;
+                return;
+            }
+            if guard.is_none() {
+                return;
+            }
+        }
+    }
+}
+
+/// Whether a batch is small enough for a round's thread to apply: a
+/// bounded number of plain entries (membership changes go to the apply
+/// thread, whose sends to the Raft loop may wait).
+fn small(batch: &[raft::prelude::Entry]) -> bool {
+    batch.len() <= COMBINED_ENTRIES
+        && batch.iter().map(|e| e.get_data().len()).sum::<usize>() <= COMBINED_BYTES
+        && batch
+            .iter()
+            .all(|e| e.get_entry_type() == EntryType::EntryNormal)
+}
+
+/// Applies `work` with the lock held in `state`; a panic stops applying
+/// (the queue closes) and answers false.
+fn apply_guarded(state: &mut Option<Applying>, work: Work) -> bool {
+    let Some(a) = state.as_mut() else {
+        return false;
+    };
+    if catch_unwind(AssertUnwindSafe(|| a.applier.handle(work))).is_ok() {
+        return true;
+    }
+    tracing::error!("applying stopped after a panic");
+    *state = None;
+    false
+}
+
+/// What applies committed entries: the store, and where results and the
+/// applied index go.
+pub(super) struct Applier {
+    pub(super) id: u64,
+    pub(super) store: Arc<Store>,
+    pub(super) waiters: Arc<Waiters<Result<Applied>>>,
+    pub(super) status: Arc<RaftStatus>,
+    pub(super) applied: Arc<watch::Sender<u64>>,
+    /// Where a captured snapshot goes once encoded.
+    pub(super) inbox: Sender<Input>,
+    /// The term of the last applied entry.
+    pub(super) term: u64,
+    pub(super) members: Arc<Members>,
+    pub(super) gate: Arc<InitialGate>,
+    /// Results of this member's proposals in the current batch.
+    pub(super) answers: Vec<(u64, Result<Applied>)>,
+}
+
+impl Applier {
+    fn handle(&mut self, work: Work) {
+        let batch = match work {
+            Work::Entries(batch) => batch,
+            Work::Install(snap) => {
+                let (index, sections) =
+                    catchup::install(&self.store, &snap, self.status.log(), sections::decode);
+                sections::install(sections, &self.store, &self.members, self.id, &self.inbox);
+                self.gate.installed(&self.store);
+                self.term = snap.get_metadata().term;
+                self.status.applied.store(index, Ordering::Relaxed);
+                self.applied.send_replace(index);
+                return;
+            }
+            Work::Save(tx) => {
+                let index = self.status.applied();
+                drop(tx.send(saved::capture(&self.store, &self.members, index, self.term)));
+                return;
+            }
+            Work::Capture => {
+                let index = self.status.applied();
+                let sections = sections::capture(&self.store, &self.members);
+                catchup::capture(&self.store, sections, index, self.term, self.inbox.clone());
+                return;
+            }
+        };
+        for mut e in batch {
+            if e.get_index() <= self.status.applied() {
+                // Already in an installed snapshot.
+                continue;
+            }
+            match e.get_entry_type() {
+                EntryType::EntryNormal if !e.get_data().is_empty() => {
+                    self.apply_one(e.get_index(), e.get_term(), e.take_data());
+                }
+                EntryType::EntryConfChange => {
+                    members::apply_entry(&self.members, self.id, &self.inbox, e.get_data());
+                }
+                // Empty entries (a new leader's first) change nothing;
+                // ephd proposes no ConfChangeV2.
+                _ => {}
+            }
+            self.term = e.get_term();
+            self.status.applied.store(e.get_index(), Ordering::Relaxed);
+        }
+        self.applied.send_replace(self.status.applied());
+        self.waiters.finish_all(&mut self.answers);
+    }
+
+    fn apply_one(&mut self, index: u64, term: u64, data: Bytes) {
+        match entry::decode(data) {
+            Ok(p) => {
+                // A term-checked entry (a lease revoke or checkpoint) that a
+                // later term committed was proposed by a deposed leader:
+                // every member sees the same terms, so every member refuses.
+                let result = if p.term != 0 && p.term != term {
+                    Err(Error::LeaderChanged)
+                } else {
+                    self.store.apply_replicated(p.entry)
+                };
+                self.gate.applied(&result);
+                if p.proposer == self.id {
+                    self.answers.push((p.proposal, result));
+                }
+            }
+            // Every member fails the same way on the same bytes, so the
+            // stores stay the same; the proposer times out.
+            Err(e) => tracing::error!(index, error = %e, "raft entry skipped"),
+        }
+    }
+}

@@ -1,0 +1,261 @@
+//! The apply loop with a real store: batches queued in log order and
+//! applied by several combining threads and the apply thread at once are
+//! applied once each, in log order, and every proposer gets its answer.
+
+use super::apply_loop::{Applier, ApplyCore};
+use super::catchup::Work;
+use super::entry;
+use super::initial_gate::InitialGate;
+use super::members::{Boot, Members};
+use super::membership::{MemberInfo, Membership};
+use super::queue::{self, Sender};
+use super::status::RaftStatus;
+use super::waiters::Waiters;
+use crate::config::{member_id, ClusterConfig, Member};
+use crate::mvcc::{Applied, Entry, PutRequest, RangeRequest, Store, StoreConfig};
+use bytes::Bytes;
+use parking_lot::Mutex;
+use raft::prelude::{Entry as LogEntry, EntryType};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const KEYS: u64 = 10;
+const THREADS: u64 = 4;
+const BATCHES_PER_THREAD: u64 = 60;
+
+/// An applier for a one-member cluster over `store`.
+fn applier(store: Arc<Store>) -> (Applier, u64) {
+    let url = "http://127.0.0.1:1".to_string();
+    let id = member_id(std::slice::from_ref(&url), "apply-test");
+    let config = ClusterConfig {
+        name: "solo".into(),
+        members: vec![Member {
+            name: "solo".into(),
+            peer_urls: vec![url.clone()],
+            id,
+        }],
+        token: "apply-test".into(),
+        listen_peer_urls: vec![url.clone()],
+        advertise_peer_urls: vec![url.clone()],
+        heartbeat: Duration::from_millis(100),
+        election: Duration::from_millis(1000),
+        existing: false,
+        snapshot_count: 1000,
+        catchup_entries: 100,
+        peer_tls: None,
+        force_new_cluster: false,
+    };
+    let initial = Membership::of([MemberInfo {
+        id,
+        name: "solo".into(),
+        peer_urls: vec![url],
+        client_urls: Vec::new(),
+        is_learner: false,
+    }]);
+    let boot = Boot {
+        id,
+        cluster_id: config.cluster_id(),
+        initial: initial.clone(),
+        current: initial,
+        name: "solo".into(),
+        client_urls: Vec::new(),
+        promote: false,
+        resume: None,
+    };
+    // The Raft loop's inbox, which only membership changes and snapshot
+    // captures use: neither happens here.
+    let (inbox, _) = queue::bounded(16);
+    let applier = Applier {
+        id,
+        store,
+        waiters: Arc::new(Waiters::default()),
+        status: Arc::new(RaftStatus::default()),
+        applied: Arc::new(tokio::sync::watch::channel(0).0),
+        inbox,
+        term: 0,
+        members: Arc::new(Members::new(&boot, &config)),
+        gate: Arc::new(InitialGate::new(false)),
+        answers: Vec::new(),
+    };
+    (applier, id)
+}
+
+/// The log as the test's "Raft loop" hands it out: the next index, under
+/// the lock that keeps queueing in log order (as the Raft loop's lock
+/// does).
+struct Log {
+    next: u64,
+    to_apply: Sender<Work>,
+}
+
+/// `n` committed puts from `first` on: entry `i` writes key `i % KEYS`
+/// with value `i`, proposed by `proposer` as proposal `i`.
+fn batch(first: u64, n: u64, proposer: u64) -> Vec<LogEntry> {
+    (first..first + n)
+        .map(|i| {
+            let mut e = LogEntry::default();
+            e.set_entry_type(EntryType::EntryNormal);
+            e.set_index(i);
+            e.set_term(1);
+            let key = format!("k{}", i % KEYS);
+            e.set_data(entry::encode(proposer, i, 0, put_value(&key, &i.to_string())).into());
+            e
+        })
+        .collect()
+}
+
+/// Batch `b` of thread `t`: mostly small (applied by whoever combines),
+/// every seventh too large for that (the apply thread's).
+fn size(t: u64, b: u64) -> u64 {
+    if b.is_multiple_of(7) {
+        100
+    } else {
+        1 + (b + t) % 8
+    }
+}
+
+fn put_value(key: &str, value: &str) -> Entry {
+    Entry::Put(PutRequest {
+        key: Bytes::copy_from_slice(key.as_bytes()),
+        value: Bytes::copy_from_slice(value.as_bytes()),
+        ..Default::default()
+    })
+}
+
+fn value_of(store: &Store, key: &str) -> String {
+    let kvs = store
+        .range(&RangeRequest {
+            key: Bytes::copy_from_slice(key.as_bytes()),
+            ..Default::default()
+        })
+        .unwrap()
+        .kvs;
+    String::from_utf8(kvs[0].value.to_vec()).unwrap()
+}
+
+/// Waits until `status` shows `index` applied.
+fn until_applied(status: &RaftStatus, index: u64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while status.applied() < index {
+        assert!(
+            Instant::now() < deadline,
+            "applied {} of {index}",
+            status.applied()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn a_round_thread_applies_small_batches_itself_and_wakes_the_apply_thread_for_large_ones() {
+    let store = Arc::new(Store::new(StoreConfig::default()));
+    let (applier, me) = applier(store.clone());
+    let status = applier.status.clone();
+    let (to_apply, committed) = queue::unbounded();
+    let core = ApplyCore::new(applier, committed);
+    let apply_thread = {
+        let core = core.clone();
+        std::thread::spawn(move || core.run())
+    };
+    // The apply thread parks at once; a quiet hand-off does not wake it,
+    // so what is applied when `combine` returns was applied by this thread.
+    to_apply
+        .try_send_quiet(Work::Entries(batch(1, 3, me)))
+        .ok()
+        .unwrap();
+    core.combine();
+    assert_eq!(status.applied(), 3);
+    // Too large for a round's thread: only the apply thread, woken by
+    // `combine`, applies it.
+    to_apply
+        .try_send_quiet(Work::Entries(batch(4, 100, me)))
+        .ok()
+        .unwrap();
+    core.combine();
+    until_applied(&status, 103);
+    // Small again, queued behind a large one: the apply thread takes both
+    // in order.
+    to_apply
+        .try_send_quiet(Work::Entries(batch(104, 100, me)))
+        .ok()
+        .unwrap();
+    to_apply
+        .try_send_quiet(Work::Entries(batch(204, 2, me)))
+        .ok()
+        .unwrap();
+    core.combine();
+    until_applied(&status, 205);
+    assert_eq!(value_of(&store, "k5"), "205");
+    drop(to_apply);
+    apply_thread.join().unwrap();
+}
+
+#[test]
+fn combining_threads_and_the_apply_thread_apply_every_batch_once_in_log_order() {
+    let store = Arc::new(Store::new(StoreConfig::default()));
+    let start = store.current_revision();
+    let (applier, me) = applier(store.clone());
+    let waiters = applier.waiters.clone();
+    let status = applier.status.clone();
+    let applied = applier.applied.subscribe();
+    let (to_apply, committed) = queue::unbounded();
+    let core = ApplyCore::new(applier, committed);
+    let apply_thread = {
+        let core = core.clone();
+        std::thread::spawn(move || core.run())
+    };
+    let log = Arc::new(Mutex::new(Log { next: 1, to_apply }));
+    let total: u64 = (0..THREADS)
+        .flat_map(|t| (0..BATCHES_PER_THREAD).map(move |b| size(t, b)))
+        .sum();
+    let answers: Vec<_> = (1..=total).map(|i| (i, waiters.wait(i))).collect();
+    let threads: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let (core, log) = (core.clone(), log.clone());
+            std::thread::spawn(move || {
+                for b in 0..BATCHES_PER_THREAD {
+                    let n = size(t, b);
+                    let mut log = log.lock();
+                    let first = log.next;
+                    log.next += n;
+                    // Every fifth batch handed over with a waking send.
+                    let work = Work::Entries(batch(first, n, me));
+                    if b.is_multiple_of(5) {
+                        log.to_apply.send(work).ok().unwrap();
+                    } else {
+                        log.to_apply.try_send_quiet(work).ok().unwrap();
+                    }
+                    drop(log);
+                    core.combine();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let last = log.lock().next - 1;
+    assert_eq!(last, total);
+    // Nobody but the combining threads' rings woke the apply thread for
+    // the large batches: they are applied without any further push.
+    until_applied(&status, last);
+    assert_eq!(*applied.borrow(), last);
+    // Once each: one revision per entry; in log order: every key holds
+    // the value of the last entry that wrote it.
+    assert_eq!(store.current_revision(), start + last as i64);
+    for k in 0..KEYS {
+        let newest = (1..=last).rev().find(|i| i % KEYS == k).unwrap();
+        assert_eq!(value_of(&store, &format!("k{k}")), newest.to_string());
+    }
+    // Every proposer got its own entry's result: entry i is revision
+    // start + i.
+    for (i, (mut rx, _pending)) in answers {
+        match rx.try_recv() {
+            Ok(Ok(Applied::Put(p))) => assert_eq!(p.revision, start + i as i64, "entry {i}"),
+            other => panic!("entry {i} answered {other:?}"),
+        }
+    }
+    // The queue's last sender gone, the apply thread ends.
+    drop(log);
+    apply_thread.join().unwrap();
+}
