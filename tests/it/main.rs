@@ -14,6 +14,7 @@ mod cluster;
 mod cluster_catchup_load;
 mod cluster_compaction;
 mod cluster_data_dir;
+mod cluster_follower_writes;
 mod cluster_force;
 mod cluster_framed;
 mod cluster_initial;
