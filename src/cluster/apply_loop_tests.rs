@@ -6,17 +6,17 @@ use super::apply_loop::{Applier, ApplyCore};
 use super::catchup::Work;
 use super::entry;
 use super::initial_gate::InitialGate;
-use super::members::{Boot, Members};
-use super::membership::{MemberInfo, Membership};
+use super::initial_gate_tests::alone;
+use super::members::Members;
 use super::queue::{self, Sender};
 use super::status::RaftStatus;
 use super::waiters::Waiters;
-use crate::config::{member_id, ClusterConfig, Member};
 use crate::mvcc::{Applied, Entry, PutRequest, RangeRequest, Store, StoreConfig};
 use bytes::Bytes;
 use parking_lot::Mutex;
 use raft::prelude::{Entry as LogEntry, EntryType};
 use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 const KEYS: u64 = 10;
@@ -25,43 +25,12 @@ const BATCHES_PER_THREAD: u64 = 60;
 
 /// An applier for a one-member cluster over `store`.
 fn applier(store: Arc<Store>) -> (Applier, u64) {
-    let url = "http://127.0.0.1:1".to_string();
-    let id = member_id(std::slice::from_ref(&url), "apply-test");
-    let config = ClusterConfig {
-        name: "solo".into(),
-        members: vec![Member {
-            name: "solo".into(),
-            peer_urls: vec![url.clone()],
-            id,
-        }],
-        token: "apply-test".into(),
-        listen_peer_urls: vec![url.clone()],
-        advertise_peer_urls: vec![url.clone()],
-        heartbeat: Duration::from_millis(100),
-        election: Duration::from_millis(1000),
-        existing: false,
-        snapshot_count: 1000,
-        catchup_entries: 100,
-        peer_tls: None,
-        force_new_cluster: false,
-    };
-    let initial = Membership::of([MemberInfo {
-        id,
-        name: "solo".into(),
-        peer_urls: vec![url],
-        client_urls: Vec::new(),
-        is_learner: false,
-    }]);
-    let boot = Boot {
-        id,
-        cluster_id: config.cluster_id(),
-        initial: initial.clone(),
-        current: initial,
-        name: "solo".into(),
-        client_urls: Vec::new(),
-        promote: false,
-        resume: None,
-    };
+    let (config, boot) = alone(
+        "apply-test",
+        Duration::from_millis(100),
+        Duration::from_millis(1000),
+    );
+    let id = boot.id;
     // The Raft loop's inbox, which only membership changes and snapshot
     // captures use: neither happens here.
     let (inbox, _) = queue::bounded(16);
@@ -133,6 +102,26 @@ fn value_of(store: &Store, key: &str) -> String {
     String::from_utf8(kvs[0].value.to_vec()).unwrap()
 }
 
+/// `applier` behind an apply core, its apply thread running; with the
+/// sending side of the core's queue.
+fn running(applier: Applier) -> (Arc<ApplyCore>, Sender<Work>, JoinHandle<()>) {
+    let (to_apply, committed) = queue::unbounded();
+    let core = ApplyCore::new(applier, committed);
+    let thread = {
+        let core = core.clone();
+        std::thread::spawn(move || core.run())
+    };
+    (core, to_apply, thread)
+}
+
+/// Queues `entries` without waking the apply thread, as a round does.
+fn quietly(to_apply: &Sender<Work>, entries: Vec<LogEntry>) {
+    to_apply
+        .try_send_quiet(Work::Entries(entries))
+        .ok()
+        .unwrap();
+}
+
 /// Waits until `status` shows `index` applied.
 fn until_applied(status: &RaftStatus, index: u64) {
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -151,38 +140,21 @@ fn a_round_thread_applies_small_batches_itself_and_wakes_the_apply_thread_for_la
     let store = Arc::new(Store::new(StoreConfig::default()));
     let (applier, me) = applier(store.clone());
     let status = applier.status.clone();
-    let (to_apply, committed) = queue::unbounded();
-    let core = ApplyCore::new(applier, committed);
-    let apply_thread = {
-        let core = core.clone();
-        std::thread::spawn(move || core.run())
-    };
+    let (core, to_apply, apply_thread) = running(applier);
     // The apply thread parks at once; a quiet hand-off does not wake it,
     // so what is applied when `combine` returns was applied by this thread.
-    to_apply
-        .try_send_quiet(Work::Entries(batch(1, 3, me)))
-        .ok()
-        .unwrap();
+    quietly(&to_apply, batch(1, 3, me));
     core.combine();
     assert_eq!(status.applied(), 3);
     // Too large for a round's thread: only the apply thread, woken by
     // `combine`, applies it.
-    to_apply
-        .try_send_quiet(Work::Entries(batch(4, 100, me)))
-        .ok()
-        .unwrap();
+    quietly(&to_apply, batch(4, 100, me));
     core.combine();
     until_applied(&status, 103);
     // Small again, queued behind a large one: the apply thread takes both
     // in order.
-    to_apply
-        .try_send_quiet(Work::Entries(batch(104, 100, me)))
-        .ok()
-        .unwrap();
-    to_apply
-        .try_send_quiet(Work::Entries(batch(204, 2, me)))
-        .ok()
-        .unwrap();
+    quietly(&to_apply, batch(104, 100, me));
+    quietly(&to_apply, batch(204, 2, me));
     core.combine();
     until_applied(&status, 205);
     assert_eq!(value_of(&store, "k5"), "205");
@@ -198,12 +170,7 @@ fn combining_threads_and_the_apply_thread_apply_every_batch_once_in_log_order() 
     let waiters = applier.waiters.clone();
     let status = applier.status.clone();
     let applied = applier.applied.subscribe();
-    let (to_apply, committed) = queue::unbounded();
-    let core = ApplyCore::new(applier, committed);
-    let apply_thread = {
-        let core = core.clone();
-        std::thread::spawn(move || core.run())
-    };
+    let (core, to_apply, apply_thread) = running(applier);
     let log = Arc::new(Mutex::new(Log { next: 1, to_apply }));
     let total: u64 = (0..THREADS)
         .flat_map(|t| (0..BATCHES_PER_THREAD).map(move |b| size(t, b)))

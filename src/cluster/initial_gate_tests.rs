@@ -32,8 +32,17 @@ pub(super) fn solo(
     heartbeat: Duration,
     election: Duration,
 ) -> (Arc<Node>, Arc<Store>) {
+    let (config, boot) = alone("gate-test", heartbeat, election);
+    let store = Arc::new(Store::new(StoreConfig::default()));
+    let node = Node::start(&config, store.clone(), boot, hold_writes).unwrap();
+    (node, store)
+}
+
+/// The settings and boot of a member alone in its cluster (initial
+/// cluster token `token`).
+pub(super) fn alone(token: &str, heartbeat: Duration, election: Duration) -> (ClusterConfig, Boot) {
     let url = "http://127.0.0.1:1".to_string();
-    let id = member_id(std::slice::from_ref(&url), "gate-test");
+    let id = member_id(std::slice::from_ref(&url), token);
     let config = ClusterConfig {
         name: "solo".into(),
         members: vec![Member {
@@ -41,7 +50,7 @@ pub(super) fn solo(
             peer_urls: vec![url.clone()],
             id,
         }],
-        token: "gate-test".into(),
+        token: token.into(),
         listen_peer_urls: vec![url.clone()],
         advertise_peer_urls: vec![url.clone()],
         heartbeat,
@@ -69,9 +78,7 @@ pub(super) fn solo(
         promote: false,
         resume: None,
     };
-    let store = Arc::new(Store::new(StoreConfig::default()));
-    let node = Node::start(&config, store.clone(), boot, hold_writes).unwrap();
-    (node, store)
+    (config, boot)
 }
 
 async fn until(what: &str, mut cond: impl FnMut() -> bool) {
