@@ -9,9 +9,10 @@
 //!   batches, and whatever is left over);
 //! * a thread that just ran a Raft round on a hot path (a client's
 //!   request task, a peer's lane reader, see `raft_loop.rs`): when the
-//!   lock is free and the queued batches are small it applies them
-//!   itself ([`ApplyCore::combine`]) and leaves the rest to the apply
-//!   thread.
+//!   lock is free and the queued batches are small and light (no entry
+//!   that may touch any number of keys, `entry_weight.rs`) it applies
+//!   them itself ([`ApplyCore::combine`]) and leaves the rest to the
+//!   apply thread.
 //!
 //! Why: below peak each put's batch travels mostly on its own, and handing
 //! it to a parked apply thread cost a futex wake and a context switch on
@@ -20,15 +21,17 @@
 //! such crossing waits for a core, and those waits are most of a put's
 //! latency at half of peak (BENCHMARKS.md, "Applying where the round
 //! ran"). A single member applies on the request's thread the same way.
-//! Large batches (peak load, catch-up) still go to the apply thread, so a
-//! request task is never held for long, and the Raft thread never applies:
-//! ticks and heartbeats do not wait for the store.
+//! Large batches (peak load, catch-up) and heavy entries (range deletes,
+//! compactions, lease revokes) still go to the apply thread, so a request
+//! task or a lane reader is never held for long, and the Raft thread never
+//! applies: ticks and heartbeats do not wait for the store.
 //!
 //! A panic while applying stops applying for good, as it ended the apply
 //! thread before: the queue closes and waiting requests time out.
 
 use super::catchup::{self, Work};
 use super::entry;
+use super::entry_weight;
 use super::initial_gate::InitialGate;
 use super::input::Input;
 use super::members::{self, Members};
@@ -171,14 +174,16 @@ impl ApplyCore {
 }
 
 /// Whether a batch is small enough for a round's thread to apply: a
-/// bounded number of plain entries (membership changes go to the apply
-/// thread, whose sends to the Raft loop may wait).
-fn small(batch: &[raft::prelude::Entry]) -> bool {
+/// bounded number of light entries (`entry_weight.rs`: none that may touch
+/// any number of keys); membership changes go to the apply thread too,
+/// whose sends to the Raft loop may wait.
+pub(super) fn small(batch: &[raft::prelude::Entry]) -> bool {
     batch.len() <= COMBINED_ENTRIES
         && batch.iter().map(|e| e.get_data().len()).sum::<usize>() <= COMBINED_BYTES
-        && batch
-            .iter()
-            .all(|e| e.get_entry_type() == EntryType::EntryNormal)
+        && batch.iter().all(|e| {
+            e.get_entry_type() == EntryType::EntryNormal
+                && (e.data.is_empty() || entry_weight::light(&e.data))
+        })
 }
 
 /// Applies `work` with the lock held in `state`; a panic stops applying

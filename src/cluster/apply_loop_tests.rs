@@ -2,7 +2,7 @@
 //! applied by several combining threads and the apply thread at once are
 //! applied once each, in log order, and every proposer gets its answer.
 
-use super::apply_loop::{Applier, ApplyCore};
+use super::apply_loop::{small, Applier, ApplyCore};
 use super::catchup::Work;
 use super::entry;
 use super::initial_gate::InitialGate;
@@ -11,7 +11,7 @@ use super::members::Members;
 use super::queue::{self, Sender};
 use super::status::RaftStatus;
 use super::waiters::Waiters;
-use crate::mvcc::{Applied, Entry, PutRequest, RangeRequest, Store, StoreConfig};
+use crate::mvcc::{Applied, DeleteRequest, Entry, PutRequest, RangeRequest, Store, StoreConfig};
 use bytes::Bytes;
 use parking_lot::Mutex;
 use raft::prelude::{Entry as LogEntry, EntryType};
@@ -225,4 +225,41 @@ fn combining_threads_and_the_apply_thread_apply_every_batch_once_in_log_order() 
     // The queue's last sender gone, the apply thread ends.
     drop(log);
     apply_thread.join().unwrap();
+}
+
+#[test]
+fn a_round_thread_takes_only_few_light_plain_entries() {
+    assert!(small(&batch(1, 64, 1)));
+    assert!(!small(&batch(1, 65, 1)));
+    // The leader's empty entry of its term is light.
+    let mut empty = LogEntry::default();
+    empty.set_entry_type(EntryType::EntryNormal);
+    assert!(small(&[empty]));
+    // One heavy entry (`entry_weight.rs`) sends the batch to the apply
+    // thread; so does a membership change.
+    let mut batch = batch(1, 3, 1);
+    let mut delete = LogEntry::default();
+    delete.set_entry_type(EntryType::EntryNormal);
+    let range = Entry::Delete(DeleteRequest {
+        key: Bytes::from_static(b"a"),
+        range_end: Bytes::from_static(b"\0"),
+        prev_kv: false,
+    });
+    delete.set_data(entry::encode(1, 9, 0, range).into());
+    batch.push(delete);
+    assert!(!small(&batch));
+    let mut change = LogEntry::default();
+    change.set_entry_type(EntryType::EntryConfChange);
+    assert!(!small(&[change]));
+    // Bounded by bytes too: 40 puts of 8 KiB (320 KiB).
+    let big: Vec<LogEntry> = (1..=40)
+        .map(|i| {
+            let mut e = LogEntry::default();
+            e.set_entry_type(EntryType::EntryNormal);
+            let value = "v".repeat(8 * 1024);
+            e.set_data(entry::encode(1, i, 0, put_value("k", &value)).into());
+            e
+        })
+        .collect();
+    assert!(!small(&big));
 }

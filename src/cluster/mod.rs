@@ -50,6 +50,7 @@ mod auth_change;
 mod authorized;
 mod catchup;
 pub mod entry;
+mod entry_weight;
 mod force;
 pub mod frames;
 pub mod frames_serve;
