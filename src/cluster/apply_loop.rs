@@ -90,8 +90,8 @@ impl ApplyCore {
         })
     }
 
-    /// On a thread that just ran a Raft round: applies the small batches
-    /// queued, when nobody else is applying, and wakes the apply thread for
+    /// On a thread that just ran a Raft round: applies the small batches of
+    /// light entries queued ([`small`]), when nobody else is applying, and wakes the apply thread for
     /// anything else. When the lock is taken the holder finds the batches
     /// after it lets go (the apply thread looks at the queue before it
     /// parks; a combining holder looks again here).
@@ -162,7 +162,8 @@ impl ApplyCore {
                 }
             }
             if !open {
-                // The Raft loop is gone: so is everything still to apply.
+                // Every sender is gone (the Raft loop stopped) and what
+                // they queued is applied: nothing more comes.
                 *guard = None;
                 return;
             }
