@@ -12,24 +12,24 @@
 //! the socket itself and the receiving connection's task hands it to the
 //! Raft loop itself.
 //!
-//! The protocol, version 1. The dialling member sends [`HELLO`] (the magic
+//! The protocol, version 1. The dialling member sends `HELLO` (the magic
 //! bytes and the version); a member that serves framed lanes answers with
 //! the same bytes, and from then on each side sends frames: a kind byte, the
 //! payload's length (4 bytes, big-endian), the payload.
-//! * [`BATCH`] (dialler to listener): a `RaftBatch`, encoded as on the gRPC
+//! * `BATCH` (dialler to listener): a `RaftBatch`, encoded as on the gRPC
 //!   stream; its `ack` asks for an ack as there.
-//! * [`ACK`] (listener to dialler): a `RaftAck` answering a batch.
-//! * [`REFUSED`] (listener to dialler), then the connection ends: a gRPC
+//! * `ACK` (listener to dialler): a `RaftAck` answering a batch.
+//! * `REFUSED` (listener to dialler), then the connection ends: a gRPC
 //!   status code (4 bytes) and its message, as the gRPC stream would have
 //!   ended (a removed sender, a message that does not parse).
 //!
 //! Negotiation keeps members of older builds working (a rolling upgrade):
-//! under TLS the dialler offers the ALPN protocol [`ALPN`] besides `h2`,
+//! under TLS the dialler offers the ALPN protocol `ALPN` besides `h2`,
 //! and a listener that does not select it serves gRPC only; in plaintext a
-//! listener that answers [`HELLO`] with anything else (an older member's
+//! listener that answers `HELLO` with anything else (an older member's
 //! HTTP/2 server answers with its settings, or hangs up) serves gRPC only.
 //! Either way the lane falls back to its gRPC stream for a while
-//! ([`GRPC_FALLBACK`]) and then tries again. Snapshots, forwarded lease
+//! (`GRPC_FALLBACK`) and then tries again. Snapshots, forwarded lease
 //! calls and membership calls stay on gRPC. `EPHD_PEER_TRANSPORT=grpc`
 //! turns the framed lanes off on both sides (diagnosis, or the behaviour of
 //! older builds); see CLUSTER.md.

@@ -1,9 +1,9 @@
 //! The listening side of framed lanes (`frames.rs`): which of the peer
 //! listener's connections are framed lanes, and the task that serves one.
 //!
-//! Every connection the peer listener accepts passes [`split`]: under TLS
+//! Every connection the peer listener accepts passes `split`: under TLS
 //! one whose handshake selected the framed lanes' ALPN protocol, in
-//! plaintext one whose first bytes are the magic of [`HELLO`], is served
+//! plaintext one whose first bytes are the magic of `HELLO`, is served
 //! here; every other connection (gRPC: snapshots, forwarded lease calls,
 //! membership calls, and the lanes of older members) goes on to the gRPC
 //! server unchanged. Each connection is looked at in a task of its own, so
