@@ -201,15 +201,13 @@ pub(super) async fn connect_framed(
         .to_string();
     let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
     let connecting = TcpStream::connect((host.as_str(), port));
-    let tcp = match tokio::time::timeout(connect_timeout, connecting).await {
-        Ok(Ok(tcp)) => tcp,
-        Ok(Err(e)) => return Err(format!("cannot connect to {url}: {e}")),
-        Err(_) => {
-            return Err(format!(
-                "cannot connect to {url} within {connect_timeout:?}"
-            ))
-        }
-    };
+    let tcp = bounded(
+        connect_timeout,
+        connecting,
+        |e| format!("cannot connect to {url}: {e}"),
+        || format!("cannot connect to {url} within {connect_timeout:?}"),
+    )
+    .await?;
     tcp.set_nodelay(true)
         .map_err(|e| format!("cannot set TCP_NODELAY on the connection to {url}: {e}"))?;
     let dialer = match (https, dialer) {
@@ -226,17 +224,30 @@ pub(super) async fn connect_framed(
     let mut config = (*dialer.current()).clone();
     config.alpn_protocols = vec![super::frames::ALPN.to_vec(), ALPN_H2.to_vec()];
     let handshake = TlsConnector::from(Arc::new(config)).connect(name, tcp);
-    let tls = match tokio::time::timeout(connect_timeout, handshake).await {
-        Ok(Ok(tls)) => tls,
-        Ok(Err(e)) => return Err(format!("TLS handshake with {url}: {e}")),
-        Err(_) => {
-            return Err(format!(
-                "no TLS handshake with {url} within {connect_timeout:?}"
-            ))
-        }
-    };
+    let tls = bounded(
+        connect_timeout,
+        handshake,
+        |e| format!("TLS handshake with {url}: {e}"),
+        || format!("no TLS handshake with {url} within {connect_timeout:?}"),
+    )
+    .await?;
     let offered = tls.get_ref().1.alpn_protocol() == Some(super::frames::ALPN);
     Ok((Box::new(tls), offered))
+}
+
+/// One step of dialling (`step`) within `limit`: its result, its error as
+/// `failed` words it, or `late()` when it takes longer.
+async fn bounded<T>(
+    limit: Duration,
+    step: impl std::future::Future<Output = std::io::Result<T>>,
+    failed: impl FnOnce(std::io::Error) -> String,
+    late: impl FnOnce() -> String,
+) -> Result<T, String> {
+    match tokio::time::timeout(limit, step).await {
+        Ok(Ok(done)) => Ok(done),
+        Ok(Err(e)) => Err(failed(e)),
+        Err(_) => Err(late()),
+    }
 }
 
 /// The tonic endpoint for `url` and, for an https:// URL with `dialer`,
