@@ -61,10 +61,10 @@ impl Kv for KvService {
             .inspect_err(|s| count_shed(metrics, s))?;
         let header = info.header(resp.revision);
         let encode = move || PreEncoded::encode(&convert::range_response(resp, header), permit);
-        // It has its room: it waits for a builder afresh rather than being
-        // shed after all that work.
+        // It has its room: it waits for a builder as long as it takes
+        // rather than being shed after all that work.
         let pre = overload
-            .run(overload.deadline(), encode)
+            .finish(encode)
             .await
             .inspect_err(|s| count_shed(metrics, s))?;
         let mut out = Response::new(pb::RangeResponse::default());

@@ -96,6 +96,36 @@ impl Overload {
             .await
             .map_err(|_| shed())?
             .map_err(|_| shed())?;
+        self.dispatch(slot, work).await
+    }
+
+    /// Runs `work` of a request that already holds its room in the budget
+    /// (encoding a built response) on a build thread, waiting for a
+    /// builder slot as long as it takes. Shedding it now would throw away
+    /// a finished build and give its room to a request that has not built
+    /// anything yet; the wait is bounded by the builds already running,
+    /// since requests still queued for a slot are shed at their own
+    /// deadline.
+    pub async fn finish<T, F>(&self, work: F) -> Result<T, Status>
+    where
+        F: FnOnce() -> Result<T, Status> + Send + 'static,
+        T: Send + 'static,
+    {
+        let slot = self
+            .builders
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| shed())?;
+        self.dispatch(slot, work).await
+    }
+
+    /// Hands `work` to a build thread together with its builder `slot`.
+    async fn dispatch<T, F>(&self, slot: OwnedSemaphorePermit, work: F) -> Result<T, Status>
+    where
+        F: FnOnce() -> Result<T, Status> + Send + 'static,
+        T: Send + 'static,
+    {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let job: Job = Box::new(move || {
             let _slot = slot;
@@ -335,6 +365,35 @@ mod tests {
         release.send(()).unwrap();
         assert_eq!(slow.await.unwrap().unwrap(), 1);
         assert_eq!(o.build(o.deadline(), || Ok(3)).await.unwrap(), 3);
+    }
+
+    /// The encode of a response that already has its room is never shed:
+    /// it waits past the queue timeout for the slot a slow build holds.
+    #[tokio::test]
+    async fn finishing_work_waits_for_a_slot_past_the_queue_timeout() {
+        let o = Arc::new(Overload::new(1, UNIT, Duration::from_millis(20)));
+        let (release, wait) = std::sync::mpsc::channel::<()>();
+        let slow = {
+            let o = o.clone();
+            tokio::spawn(async move {
+                o.build(o.deadline(), move || {
+                    wait.recv().ok();
+                    Ok(1)
+                })
+                .await
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let finishing = {
+            let o = o.clone();
+            tokio::spawn(async move { o.finish(|| Ok(2)).await })
+        };
+        // Well past the queue timeout, it is still waiting, not shed.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!finishing.is_finished());
+        release.send(()).unwrap();
+        assert_eq!(slow.await.unwrap().unwrap(), 1);
+        assert_eq!(finishing.await.unwrap().unwrap(), 2);
     }
 
     /// Builds run on the pool's own threads, at a lower priority than the
