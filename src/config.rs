@@ -3,7 +3,7 @@
 //! environment variable (handy in containers) or from etcd's `ETCD_*` one,
 //! and `--config-file` reads etcd's YAML configuration file. etcd flags that
 //! mean nothing for an in-memory single member are accepted with a warning
-//! ([`etcd`]); [`load`] puts the sources together as etcd does.
+//! (`etcd`); [`load`] puts the sources together as etcd does.
 
 pub mod auth;
 mod cluster;

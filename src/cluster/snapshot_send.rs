@@ -61,7 +61,7 @@ static CHUNK_BYTES: AtomicUsize = AtomicUsize::new(DEFAULT_CHUNK_BYTES);
 
 /// Sets the chunk size of every snapshot this process sends
 /// (`--experimental-snapshot-chunk-bytes`), clamped to
-/// [`MIN_CHUNK_BYTES`]..=[`MAX_CHUNK_BYTES`]. Process-wide, as the flag is.
+/// `MIN_CHUNK_BYTES..=MAX_CHUNK_BYTES`. Process-wide, as the flag is.
 pub fn set_chunk_bytes(bytes: usize) {
     CHUNK_BYTES.store(clamp_chunk(bytes), Ordering::Relaxed);
 }

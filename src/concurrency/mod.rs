@@ -20,11 +20,11 @@
 //!
 //! Writes go through the [`Proposer`], so this works in cluster mode; reads
 //! are linearizable there (read barrier first), as clientv3's are; waits
-//! follow the store's change log through the watch hub ([`wait::Follow`]).
+//! follow the store's change log through the watch hub (`wait::Follow`).
 //!
 //! A request whose client goes away while it waits (its future is dropped)
 //! removes its key, as etcd's server does when the request's context ends:
-//! [`Cleanup`] runs the removal on a short task of its own.
+//! `Cleanup` runs the removal on a short task of its own.
 
 mod recipe_error;
 mod wait;

@@ -1,7 +1,7 @@
 //! HTTP/1.1 beside gRPC on the client port, as etcd serves it on 2379:
 //! `/health`, `/livez`, `/readyz`, `/version` and `/metrics` (the handlers
 //! of [`crate::http`]), and etcd's JSON gateway (`POST /v3/kv/range`,
-//! `/v3/watch`, …, see [`routes::ROUTES`]) under `/v3`, `/v3beta` and
+//! `/v3/watch`, …, see `routes::ROUTES`) under `/v3`, `/v3beta` and
 //! `/v3alpha`.
 //!
 //! One listener serves both: tonic accepts HTTP/1.1 connections beside
@@ -12,7 +12,7 @@
 //!
 //! Each JSON call is translated into a real gRPC call of the same server,
 //! made in process through the same tower stack the port serves
-//! ([`call`]): the gateway holds no etcd semantics, and a service added to
+//! (`call`): the gateway holds no etcd semantics, and a service added to
 //! the server is reachable here by naming its path and message types.
 
 mod call;

@@ -15,7 +15,7 @@ pub const COMPACT_REV_KEY: &str = "compact_rev_key";
 impl Store {
     /// Moves a store that resumed saved state (cluster mode's
     /// `--force-new-cluster` with `--data-dir`) up to `revision`, as
-    /// [`Store::bump_to`] does; nothing when it is already there.
+    /// `Store::bump_to` does; nothing when it is already there.
     pub fn resume_above(&self, revision: i64) -> Result<()> {
         self.bump_to(revision)
     }

@@ -58,7 +58,7 @@ impl Stats {
     }
 
     /// The store's accounted memory: key and value bytes of every retained
-    /// version plus [`VERSION_OVERHEAD`] per version. What the space quota
+    /// version plus `VERSION_OVERHEAD` per version. What the space quota
     /// (`--quota-backend-bytes`) limits and Status reports as `dbSize`.
     pub fn memory_bytes(&self) -> i64 {
         self.total_bytes.load(Ordering::Relaxed)

@@ -52,7 +52,7 @@ pub fn list(dir: &Path) -> io::Result<Vec<(i64, PathBuf)>> {
     Ok(out)
 }
 
-/// What [`write`] did.
+/// What [`write()`] did.
 #[derive(Debug)]
 pub struct Written {
     /// The new generation.

@@ -141,7 +141,7 @@ pub fn encode_in_memory(
     out
 }
 
-/// Writes a whole snapshot (the current format) to `w` as [`write`] puts it
+/// Writes a whole snapshot (the current format) to `w` as [`write()`] puts it
 /// in a file, plus the padding record that gives it a length `etcdctl
 /// snapshot save` accepts; returns the bytes written. Maintenance.Snapshot
 /// streams it to a client through a writer that cuts it into messages, so a

@@ -1,7 +1,7 @@
 //! The protobuf codec the generated services and clients use.
 //!
 //! It is tonic-prost's codec with two changes. A TxnRequest is decoded by
-//! [`super::nesting`]: its depth is checked first, and it is decoded with
+//! `super::nesting`: its depth is checked first, and it is decoded with
 //! its own bound on nesting rather than prost's recursion limit, which
 //! would stop at 50 nested txns where etcd accepts more. Before encoding a message it
 //! reserves the message's exact encoded length in the output buffer. tonic's

@@ -98,7 +98,7 @@ pub struct Step {
 }
 
 /// Keeps the state file's bound ahead of the store and notices
-/// `compact_rev_key`; driven by [`guard_revisions`].
+/// `compact_rev_key`; driven by `guard_revisions`.
 #[derive(Debug)]
 pub struct RevisionGuard {
     /// The data directory, if any.
