@@ -16,6 +16,8 @@
 # Before any test it runs the lint gates, each of which fails the run:
 #   - cargo fmt --all -- --check
 #   - cargo clippy --workspace --all-targets -- -D warnings
+#   - RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace (doc links
+#     that resolve to nothing or to private items fail it)
 # Extra arguments are passed to `cargo test`, e.g. `scripts/test.sh --test it`.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -59,7 +61,7 @@ gate() { # name command...
   echo "test.sh: gate: $*"
   if ! "$@"; then
     echo "test.sh: FAILED gate '$name': $*" >&2
-    echo "test.sh: fix it (e.g. \`cargo fmt --all\`, or the clippy findings above) and run again" >&2
+    echo "test.sh: fix it (e.g. \`cargo fmt --all\`, or the clippy or rustdoc findings above) and run again" >&2
     exit 1
   fi
 }
@@ -71,6 +73,7 @@ for tool in fmt clippy; do
 done
 gate fmt cargo fmt --all -- --check
 gate clippy cargo clippy --workspace --all-targets -- -D warnings
+gate doc env RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --quiet
 
 if [ "$#" -gt 0 ]; then
   cargo test "$@"

@@ -35,7 +35,7 @@ use prost::Message;
 use std::sync::{Arc, OnceLock};
 use tonic::{Code, Request, Response, Status};
 
-/// How many message types `kind` chooses from (see [`serve`]).
+/// How many message types `kind` chooses from (see `serve`).
 pub const KINDS: u8 = 22;
 
 /// Runs one input; panics on a finding.

@@ -27,7 +27,7 @@ pub struct Args {
     /// Objects per page (0 = one unpaginated Range per list).
     #[arg(long, default_value_t = 0)]
     pub page_size: i64,
-    /// Parent prefix; objects go under <prefix>bench-<random>/.
+    /// Parent prefix; objects go under `<prefix>bench-<random>/`.
     #[arg(long, default_value = "/registry/pods/")]
     pub prefix: String,
     /// Serializable reads (etcd skips the linearizability round).
