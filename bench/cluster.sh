@@ -124,12 +124,8 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# Six free loopback ports, held together while picked so they differ.
-read -r -a PORTS < <(python3 -c '
-import socket
-ss = [socket.socket() for _ in range(6)]
-for s in ss: s.bind(("127.0.0.1", 0))
-print(" ".join(str(s.getsockname()[1]) for s in ss))')
+# Six free loopback ports below the ephemeral range (bench/free_ports.py).
+read -r -a PORTS < <(python3 "$ROOT/bench/free_ports.py" 6)
 CPORT=("${PORTS[@]:0:3}")
 PPORT=("${PORTS[@]:3:3}")
 EPS="127.0.0.1:${CPORT[0]},127.0.0.1:${CPORT[1]},127.0.0.1:${CPORT[2]}"

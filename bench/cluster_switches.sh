@@ -29,13 +29,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-read -r -a P < <(python3 - <<'PY'
-import socket
-socks=[socket.socket() for _ in range(6)]
-for s in socks: s.bind(("127.0.0.1",0))
-print(" ".join(str(s.getsockname()[1]) for s in socks))
-PY
-)
+# Six free loopback ports below the ephemeral range (free_ports.py).
+read -r -a P < <(python3 "$HERE/free_ports.py" 6)
 IC="m0=http://127.0.0.1:${P[3]},m1=http://127.0.0.1:${P[4]},m2=http://127.0.0.1:${P[5]}"
 EPS=127.0.0.1:${P[0]},127.0.0.1:${P[1]},127.0.0.1:${P[2]}
 for i in 0 1 2; do
@@ -47,7 +42,19 @@ for i in 0 1 2; do
     --quota-backend-bytes 8589934592 --log-level warn >"$OUT/m$i.log" 2>&1 &
   pids+=($!)
 done
-for _ in $(seq 50); do python3 "$HERE/cluster_tool.py" whole "$EPS" 2>/dev/null && break; sleep 0.3; done
+whole=
+until_s=$((SECONDS + 30))
+while [ $SECONDS -lt $until_s ]; do
+  python3 "$HERE/cluster_tool.py" whole "$EPS" 2>/dev/null && whole=1 && break
+  sleep 0.3
+done
+if [ -z "$whole" ]; then
+  # A member that could not start (its port taken) would leave two members
+  # under load and the figures meaningless: stop, and say why.
+  echo "the three members did not all answer within 30 s; their logs:" >&2
+  for i in 0 1 2; do echo "--- m$i" >&2; tail -n 5 "$OUT/m$i.log" >&2; done
+  exit 1
+fi
 # The members may serve before they agree on a leader: ask until they do.
 li=
 for _ in $(seq 50); do

@@ -283,10 +283,10 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-ETCD_PORT=${ETCD_PORT:-$(free_port)}
-ETCD_PEER_PORT=${ETCD_PEER_PORT:-$(free_port)}
-EPHD_PORT=${EPHD_PORT:-$(free_port)}
+read -r free1 free2 free3 < <(python3 "$ROOT/bench/free_ports.py" 3)
+ETCD_PORT=${ETCD_PORT:-$free1}
+ETCD_PEER_PORT=${ETCD_PEER_PORT:-$free2}
+EPHD_PORT=${EPHD_PORT:-$free3}
 
 GO_BIN=${BENCH_DIR:-$HOME/.cache/etcd-benchmark}/bin/benchmark
 if [[ " $CASES " == *" go-put "* && $GO_BENCH == 1 ]]; then

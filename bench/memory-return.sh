@@ -52,7 +52,7 @@ stop_all() {
 }
 trap stop_all EXIT
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+free_port() { python3 bench/free_ports.py; } # below the ephemeral range
 wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done; return 1; }
 now() { date +%s.%N; }
 etcdctl_() { ETCDCTL_API=3 timeout 300 etcdctl --endpoints="127.0.0.1:$PORT" --command-timeout=280s "$@"; }

@@ -22,7 +22,7 @@ PID=
 cleanup() { [[ -n $PID ]] && kill "$PID" 2>/dev/null || true; }
 trap cleanup EXIT
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+free_port() { python3 bench/free_ports.py; } # below the ephemeral range
 rss_kb() { awk '/^VmRSS/ {print $2}' "/proc/$1/status"; }
 wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done; return 1; }
 

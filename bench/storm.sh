@@ -234,7 +234,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+free_port() { python3 "$ROOT/bench/free_ports.py"; } # below the ephemeral range
 
 wait_ready() { # port pid
   local i
