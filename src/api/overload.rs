@@ -344,9 +344,14 @@ mod tests {
         assert_eq!(o.budget_available(), 10 * UNIT);
     }
 
-    #[tokio::test]
-    async fn builds_run_off_the_async_workers_and_queue_for_a_slot() {
-        let o = Arc::new(Overload::new(1, UNIT, Duration::from_millis(50)));
+    /// Starts a build that holds `o`'s only slot until the sender is used
+    /// (or dropped), and gives it time to take the slot.
+    async fn occupy_the_only_slot(
+        o: &Arc<Overload>,
+    ) -> (
+        tokio::task::JoinHandle<Result<i32, Status>>,
+        std::sync::mpsc::Sender<()>,
+    ) {
         let (release, wait) = std::sync::mpsc::channel::<()>();
         let slow = {
             let o = o.clone();
@@ -359,6 +364,13 @@ mod tests {
             })
         };
         tokio::time::sleep(Duration::from_millis(10)).await;
+        (slow, release)
+    }
+
+    #[tokio::test]
+    async fn builds_run_off_the_async_workers_and_queue_for_a_slot() {
+        let o = Arc::new(Overload::new(1, UNIT, Duration::from_millis(50)));
+        let (slow, release) = occupy_the_only_slot(&o).await;
         // The only slot is busy past the deadline: shed.
         let shed = o.build(o.deadline(), || Ok(2)).await.unwrap_err();
         assert_eq!(shed.message(), "etcdserver: too many requests");
@@ -372,18 +384,7 @@ mod tests {
     #[tokio::test]
     async fn finishing_work_waits_for_a_slot_past_the_queue_timeout() {
         let o = Arc::new(Overload::new(1, UNIT, Duration::from_millis(20)));
-        let (release, wait) = std::sync::mpsc::channel::<()>();
-        let slow = {
-            let o = o.clone();
-            tokio::spawn(async move {
-                o.build(o.deadline(), move || {
-                    wait.recv().ok();
-                    Ok(1)
-                })
-                .await
-            })
-        };
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        let (slow, release) = occupy_the_only_slot(&o).await;
         let finishing = {
             let o = o.clone();
             tokio::spawn(async move { o.finish(|| Ok(2)).await })
