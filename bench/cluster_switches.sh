@@ -9,7 +9,8 @@
 #   RATE=7500 TOTAL=60000 EPHD=... bench/cluster_switches.sh     # at a fixed rate
 #
 # Environment: EPHD (target/release/ephd), TOTAL (100000), RATE (none: as fast as it goes),
-#   WAKEUPS (0), BENCH_DIR ($HOME/.cache/etcd-benchmark; build it with
+#   MEMBERS (3; 1: one ephd alone, the single-process path), WAKEUPS (0), PROFILE (none; a
+#   path: `perf record -g` of the members for 4 s, written there), BENCH_DIR ($HOME/.cache/etcd-benchmark; build it with
 #   ../shared/bench/build-etcd-benchmark.sh).
 # Loopback only, free ports picked at start; it stops only the members it started, and every run
 # is bounded (120 s).
@@ -33,7 +34,13 @@ trap cleanup EXIT
 read -r -a P < <(python3 "$HERE/free_ports.py" 6)
 IC="m0=http://127.0.0.1:${P[3]},m1=http://127.0.0.1:${P[4]},m2=http://127.0.0.1:${P[5]}"
 EPS=127.0.0.1:${P[0]},127.0.0.1:${P[1]},127.0.0.1:${P[2]}
-for i in 0 1 2; do
+MEMBERS=${MEMBERS:-3}
+if [ "$MEMBERS" = 1 ]; then
+  # One member alone (the single-process path), for the same figures.
+  IC="m0=http://127.0.0.1:${P[3]}"
+  EPS=127.0.0.1:${P[0]}
+fi
+for i in $(seq 0 $((MEMBERS - 1))); do
   "$EPHD" --name m$i --listen-client-urls http://127.0.0.1:${P[$i]} \
     --advertise-client-urls http://127.0.0.1:${P[$i]} \
     --listen-peer-urls http://127.0.0.1:${P[$((i + 3))]} \
@@ -51,8 +58,8 @@ done
 if [ -z "$whole" ]; then
   # A member that could not start (its port taken) would leave two members
   # under load and the figures meaningless: stop, and say why.
-  echo "the three members did not all answer within 30 s; their logs:" >&2
-  for i in 0 1 2; do echo "--- m$i" >&2; tail -n 5 "$OUT/m$i.log" >&2; done
+  echo "the $MEMBERS members did not all answer within 30 s; their logs:" >&2
+  for i in $(seq 0 $((MEMBERS - 1))); do echo "--- m$i" >&2; tail -n 5 "$OUT/m$i.log" >&2; done
   exit 1
 fi
 # The members may serve before they agree on a leader: ask until they do.
@@ -83,12 +90,19 @@ snap >"$OUT/s0"
 timeout 120 "$B" --endpoints "$EPS" --dial-timeout 5s --clients 100 --conns 10 put --total "$TOTAL" \
   --key-size 48 --val-size 1024 --key-space-size 100000 ${RATE:+--rate $RATE} >"$OUT/bench.txt" 2>/dev/null &
 BP=$!
+if [ -n "${PROFILE:-}" ]; then
+  sleep 3
+  perf record -F 999 -g -p "$(IFS=,; echo "${pids[*]}")" -o "$PROFILE" -- sleep 4 >/dev/null 2>&1
+fi
 if [ "${WAKEUPS:-0}" = 1 ]; then
   sleep 2
   perf record -a -e sched:sched_wakeup -o "$OUT/wake.data" -- sleep 2 >/dev/null 2>&1
 fi
 wait $BP
 snap >"$OUT/s1"
+# The load tool's latency distribution, on one line.
+grep -E "in [0-9.]+ secs|Average|Slowest|Fastest" "$OUT/bench.txt" | tr -s " \t" " " | tr "\n" " "
+echo
 rps=$(awk '/Requests\/sec/{print $2}' "$OUT/bench.txt")
 echo "ephd $EPHD, rate ${RATE:-peak}: $rps puts/s, p99 $(awk '/99% in/{print $3}' "$OUT/bench.txt") s"
 python3 - "$OUT" "$TOTAL" "$L" <<'PY'
