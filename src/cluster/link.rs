@@ -62,14 +62,55 @@ impl Framed {
 
     /// Whether the next connection tries a framed lane.
     pub(super) fn try_now(&self) -> bool {
-        self.enabled && self.grpc_until.is_none_or(|t| Instant::now() >= t)
+        self.try_at(Instant::now())
+    }
+
+    fn try_at(&self, now: Instant) -> bool {
+        self.enabled && self.grpc_until.is_none_or(|t| now >= t)
     }
 
     /// The peer did not offer framed lanes: gRPC for a while.
     pub(super) fn fall_back(&mut self, peer: &str) {
+        self.fall_back_at(peer, Instant::now());
+    }
+
+    fn fall_back_at(&mut self, peer: &str, now: Instant) {
         if self.grpc_until.is_none() {
             tracing::info!(peer = %peer, "the peer serves no framed raft lanes (an older member?); using its gRPC stream");
         }
-        self.grpc_until = Some(Instant::now() + frames::GRPC_FALLBACK);
+        self.grpc_until = Some(now + frames::GRPC_FALLBACK);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A peer that did not offer framed lanes (an older member) gets its
+    /// gRPC stream for [`frames::GRPC_FALLBACK`], then a framed lane is
+    /// tried again (it may have been upgraded meanwhile); each further
+    /// refusal starts the wait again. With framed lanes turned off, never.
+    #[test]
+    fn framed_lanes_are_tried_again_after_the_fallback_period() {
+        let wait = frames::GRPC_FALLBACK;
+        let t0 = Instant::now();
+        let mut f = Framed {
+            enabled: true,
+            grpc_until: None,
+        };
+        assert!(f.try_at(t0), "framed first");
+        f.fall_back_at("m2", t0);
+        assert!(!f.try_at(t0), "gRPC right after a refusal");
+        assert!(!f.try_at(t0 + wait - Duration::from_millis(1)));
+        assert!(f.try_at(t0 + wait), "framed again once the period is over");
+        let t1 = t0 + wait;
+        f.fall_back_at("m2", t1);
+        assert!(!f.try_at(t1 + wait / 2), "a second refusal waits again");
+        assert!(f.try_at(t1 + wait));
+        let off = Framed {
+            enabled: false,
+            grpc_until: None,
+        };
+        assert!(!off.try_at(t0 + 10 * wait), "turned off: never framed");
     }
 }
