@@ -24,16 +24,18 @@ PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf /dev/shm/ephd-mem-etcd; }
 trap cleanup EXIT
 
-free_port() { python3 bench/free_ports.py; } # below the ephemeral range
+# N distinct free ports below the ephemeral range, in one call (two separate
+# picks could return the same port: neither is held until its server binds it).
+free_ports() { python3 bench/free_ports.py "$1"; }
 rss_kb() { awk '/^VmRSS/ {print $2}' "/proc/$1/status"; }
 hwm_kb() { awk '/^VmHWM/ {print $2}' "/proc/$1/status"; }
 wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done; return 1; }
 
 start() { # server -> sets PID, PORT
-  PORT=$(free_port)
+  local peer
+  read -r PORT peer < <(free_ports 2)
   if [[ $1 == etcd ]]; then
     rm -rf /dev/shm/ephd-mem-etcd
-    local peer; peer=$(free_port)
     etcd --name m --data-dir /dev/shm/ephd-mem-etcd --listen-client-urls "http://127.0.0.1:$PORT" \
       --advertise-client-urls "http://127.0.0.1:$PORT" --listen-peer-urls "http://127.0.0.1:$peer" \
       --initial-advertise-peer-urls "http://127.0.0.1:$peer" --initial-cluster "m=http://127.0.0.1:$peer" \

@@ -234,7 +234,10 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-free_port() { python3 "$ROOT/bench/free_ports.py"; } # below the ephemeral range
+# N distinct free ports below the ephemeral range, picked in one call so that
+# none of them repeats (a port picked alone is not held until its server binds
+# it, so two separate picks could return the same one).
+free_ports() { python3 "$ROOT/bench/free_ports.py" "$1"; }
 
 wait_ready() { # port pid
   local i
@@ -254,11 +257,10 @@ wait_ready() { # port pid
 
 # Starts a server in the background (a child of this shell, so it can be
 # waited for); sets LAST_PID.
-start_server() { # etcd|ephd port log
+start_server() { # etcd|ephd port log [peer port, etcd's]
   local port=$2
   if [[ $1 == etcd ]]; then
-    local peer
-    peer=$(free_port)
+    local peer=$4
     rm -rf "$DATA/etcd"
     "$ETCD" --name storm --data-dir "$DATA/etcd" \
       --listen-client-urls "http://127.0.0.1:$port" --advertise-client-urls "http://127.0.0.1:$port" \
@@ -329,9 +331,10 @@ run_one() { # lists server repeat
   local storm_port hb_port storm_pid hb_pid="" marker=$WORK/$tag.killed rc=0 line
   local pids=() guards=() g
   : >"$marker"
-  storm_port=$(free_port)
+  local peer_port
+  read -r storm_port peer_port hb_port < <(free_ports 3)
   if [[ $server == etcd ]]; then
-    start_server etcd "$storm_port" "$WORK/$tag.log"
+    start_server etcd "$storm_port" "$WORK/$tag.log" "$peer_port"
   else
     start_server ephd "$storm_port" "$WORK/$tag.log"
   fi
@@ -339,7 +342,6 @@ run_one() { # lists server repeat
   pids+=("$storm_pid")
   local hb_args=()
   if [[ $server == floor ]]; then
-    hb_port=$(free_port)
     start_server ephd "$hb_port" "$WORK/$tag-hb.log"
     hb_pid=$LAST_PID
     pids+=("$hb_pid")
