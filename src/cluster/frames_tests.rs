@@ -1,4 +1,5 @@
-//! Unit tests of the framed lanes' wire format (`frames.rs`).
+//! Unit tests of the framed lanes (`frames.rs`): the wire format, and what a
+//! lane reads after a listener refused it.
 
 use super::*;
 
@@ -75,4 +76,47 @@ async fn reading_again_after_a_cancelled_read_loses_nothing() {
     tx.write_all(&out[4..]).await.unwrap();
     let (kind, payload) = reader.next().await.unwrap().unwrap();
     assert_eq!((kind, RaftAck::decode(payload).unwrap().ack), (ACK, 42));
+}
+
+/// A listener that refuses this member (it was removed) writes `REFUSED`
+/// and hangs up. The lane may find out by a write that fails before it has
+/// read the refusal; the refusal is still there to read at once, which is
+/// how the lane tells "removed" from a broken connection (`sender.rs`,
+/// `stream_send`).
+#[tokio::test]
+async fn a_refusal_is_still_read_after_the_write_that_found_the_lane_closed() {
+    let (ours, mut theirs) = tokio::io::duplex(1 << 16);
+    let refused = Status::failed_precondition("the member has been permanently removed");
+    let wire = refused.clone();
+    let peer = tokio::spawn(async move {
+        let mut hello = [0u8; HELLO.len()];
+        tokio::io::AsyncReadExt::read_exact(&mut theirs, &mut hello)
+            .await
+            .unwrap();
+        assert_eq!(&hello, HELLO);
+        let mut out = BytesMut::from(&HELLO[..]);
+        put_refusal(&mut out, &wire);
+        theirs.write_all(&out).await.unwrap();
+        // Hangs up: `theirs` is dropped here.
+    });
+    let io: Box<dyn PeerIo> = Box::new(ours);
+    let mut link = match FramedLink::hello(io, None, 1 << 20).await {
+        Ok(link) => link,
+        Err(_) => panic!("the peer answered the hello"),
+    };
+    peer.await.unwrap();
+    let batch = RaftBatch {
+        messages: vec![Bytes::from_static(b"an append")],
+        from: 1,
+        ack: 0,
+    };
+    assert!(
+        !link.send(batch, Duration::from_secs(1)).await,
+        "the peer hung up: the write fails"
+    );
+    let answer =
+        futures::FutureExt::now_or_never(link.answer()).expect("the refusal is already buffered");
+    let status = answer.expect_err("a refusal, not an ack");
+    assert_eq!(status.code(), refused.code());
+    assert_eq!(status.message(), refused.message());
 }
