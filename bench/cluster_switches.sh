@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
-# Where a three-member ephd spends its thread switches under etcd's `benchmark put`: per thread
-# name (Raft thread, apply thread, tokio workers), context switches and CPU per put, leader and
-# followers apart; with WAKEUPS=1 also who wakes whom (`perf record -e sched:sched_wakeup`, needs
-# perf). Used to compare two binaries run alternately (BENCHMARKS.md, "The Raft loop run by its
-# inputs"):
+# Where a three-member ephd (or one: MEMBERS=1) spends its thread switches under etcd's
+# `benchmark put`: per thread name (Raft thread, apply thread, tokio workers), context switches
+# and CPU per put, leader and followers apart; with WAKEUPS=1 also who wakes whom (`perf record
+# -e sched:sched_wakeup`, needs perf). Used to compare two binaries run alternately
+# (BENCHMARKS.md, "The Raft loop run by its inputs"):
 #
 #   for i in 1 2; do EPHD=/path/old/ephd bench/cluster_switches.sh; EPHD=/path/new/ephd bench/cluster_switches.sh; done
 #   RATE=7500 TOTAL=60000 EPHD=... bench/cluster_switches.sh     # at a fixed rate
 #
 # Environment: EPHD (target/release/ephd), TOTAL (100000), RATE (none: as fast as it goes),
 #   MEMBERS (3; 1: one ephd alone, the single-process path), WAKEUPS (0), PROFILE (none; a
-#   path: `perf record -g` of the members for 4 s, written there), BENCH_DIR ($HOME/.cache/etcd-benchmark; build it with
-#   ../shared/bench/build-etcd-benchmark.sh).
+#   path: `perf record -g` of the members for 4 s is written there; needs perf), BENCH_DIR
+#   ($HOME/.cache/etcd-benchmark; build it with ../shared/bench/build-etcd-benchmark.sh).
+# Prints the load tool's latency distribution, then switches and CPU per put per thread name.
 # Loopback only, free ports picked at start; it stops only the members it started, and every run
 # is bounded (120 s).
 set -euo pipefail
