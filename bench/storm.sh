@@ -328,10 +328,9 @@ PY
 
 run_one() { # lists server repeat
   local n=$1 server=$2 repeat=$3 tag="$2-$1-r$3"
-  local storm_port hb_port storm_pid hb_pid="" marker=$WORK/$tag.killed rc=0 line
+  local storm_port peer_port hb_port storm_pid hb_pid="" marker=$WORK/$tag.killed rc=0 line
   local pids=() guards=() g
   : >"$marker"
-  local peer_port
   read -r storm_port peer_port hb_port < <(free_ports 3)
   if [[ $server == etcd ]]; then
     start_server etcd "$storm_port" "$WORK/$tag.log" "$peer_port"

@@ -2,6 +2,7 @@
 //! lane reads after a listener refused it.
 
 use super::*;
+use crate::cluster::removal;
 
 #[tokio::test]
 async fn frames_come_back_whole_however_the_bytes_are_cut() {
@@ -86,7 +87,8 @@ async fn reading_again_after_a_cancelled_read_loses_nothing() {
 #[tokio::test]
 async fn a_refusal_is_still_read_after_the_write_that_found_the_lane_closed() {
     let (ours, mut theirs) = tokio::io::duplex(1 << 16);
-    let refused = Status::failed_precondition("the member has been permanently removed");
+    // What the listener answers a removed member (`removal.rs`).
+    let refused = Status::new(Code::FailedPrecondition, removal::REMOVED);
     let wire = refused.clone();
     let peer = tokio::spawn(async move {
         let mut hello = [0u8; HELLO.len()];
@@ -119,4 +121,5 @@ async fn a_refusal_is_still_read_after_the_write_that_found_the_lane_closed() {
     let status = answer.expect_err("a refusal, not an ack");
     assert_eq!(status.code(), refused.code());
     assert_eq!(status.message(), refused.message());
+    assert!(removal::says_removed(&status), "read as a removal");
 }
