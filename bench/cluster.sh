@@ -12,6 +12,9 @@
 #   rate          the same put with --rate at half the three-member ephd's median put/s of this
 #                 invocation (RATE=N overrides), against the three-member ephd, a single-member ephd
 #                 and the three-member etcd: p99 at half of peak, cluster against single member.
+#   etcd-rate     the reference for that ratio: the same put with --rate at half the three-member
+#                 etcd's median put/s (ETCD_RATE=N overrides), against the three-member etcd and a
+#                 single-member etcd (data dir on tmpfs too).
 #   failover      `ephd-bench failover` (clients with a 1 s timeout that move to the next member on a
 #                 failure) at FO_RATE writes/s while the current leader is SIGKILLed KILLS times. etcd's
 #                 killed member restarts on its data dir; ephd's (memory only) is replaced the etcd way:
@@ -24,13 +27,13 @@
 # (MAX_TIME), and on exit it stops only the processes it started.
 #
 # Environment: REPEATS (2), CASES ("put txn-put rate failover"), SYSTEMS ("etcd ephd"; a subset runs
-#   only those), TOTAL (100000), RATE, KILLS (10), FO_RATE (2000), FO_CLIENTS (50), KILL_WINDOW (5),
+#   only those), TOTAL (100000), RATE, ETCD_RATE, KILLS (10), FO_RATE (2000), FO_CLIENTS (50), KILL_WINDOW (5),
 #   SETTLE (3), WARMUP (5), RUN_TIMEOUT (300), MAX_TIME (5400), LOAD_MAX (1.0) and LOAD_WAIT (600):
 #   wait up to LOAD_WAIT s, checking every 30 s, for the 1-minute load to drop below LOAD_MAX before
 #   starting; BUILD (1): cargo build --release first; EPHD, EPHD_BENCH (default
 #   $CARGO_TARGET_DIR/release/... else target/release/...), ETCD (/usr/bin/etcd), ETCDCTL (etcdctl),
 #   EPHD_ARGS and ETCD_ARGS (extra server flags, unquoted), EPHD_ENV and ETCD_ENV ("NAME=value ..."
-#   set for the three-member clusters' processes only, not the single member: e.g.
+#   set for the three-member clusters' processes only, not the single members: e.g.
 #   EPHD_ENV=TOKIO_WORKER_THREADS=1 ETCD_ENV=GOMAXPROCS=1), FO_EPHD_ARGS (extra ephd flags for the
 #   failover runs only), EPHD_LOG_LEVEL (warn), OUT_DIR (bench/results/cluster-<date>/<time>),
 #   KEEP_LOGS=1 (keep server logs; the failover ones are copied to raw/), SUMMARIZE=<dir>: only
@@ -161,17 +164,24 @@ start_member() { # etcd|ephd index state tag
   PIDS[$i]=$!
 }
 
-start_single() { # tag: a single-member ephd on the first client port
-  local url="http://127.0.0.1:${CPORT[0]}"
-  "$EPHD" --name s0 --listen-client-urls "$url" --advertise-client-urls "$url" \
-    --quota-backend-bytes "$QUOTA" --log-level "$EPHD_LOG_LEVEL" ${EPHD_ARGS:-} >>"$WORK/$1-s0.log" 2>&1 &
+start_single() { # ephd1|etcd1 tag: a single member on the first client (and peer) port
+  local url="http://127.0.0.1:${CPORT[0]}" peer="http://127.0.0.1:${PPORT[0]}"
+  if [[ $1 == etcd1 ]]; then
+    "$ETCD" --name s0 --data-dir "$DATA/s0" --listen-client-urls "$url" --advertise-client-urls "$url" \
+      --listen-peer-urls "$peer" --initial-advertise-peer-urls "$peer" --initial-cluster "s0=$peer" \
+      --quota-backend-bytes "$QUOTA" --logger zap --log-outputs stderr --log-level warn ${ETCD_ARGS:-} \
+      >>"$WORK/$2-s0.log" 2>&1 &
+  else
+    "$EPHD" --name s0 --listen-client-urls "$url" --advertise-client-urls "$url" \
+      --quota-backend-bytes "$QUOTA" --log-level "$EPHD_LOG_LEVEL" ${EPHD_ARGS:-} >>"$WORK/$2-s0.log" 2>&1 &
+  fi
   PIDS=("$!" "" "")
   local k
   for ((k = 0; k < 150; k++)); do
     python3 "$TOOL" leader "$(ep 0)" >/dev/null 2>&1 && return 0
     sleep 0.2
   done
-  log "single-member ephd did not start (log $WORK/$1-s0.log)"; tail -5 "$WORK/$1-s0.log" >&2 || true
+  log "single-member $1 did not start (log $WORK/$2-s0.log)"; tail -5 "$WORK/$2-s0.log" >&2 || true
   stop_all; return 1
 }
 
@@ -222,14 +232,14 @@ record_failure() { # system case repeat why
 }
 
 # --------------------------------------------------------- benchmark runs
-run_bench() { # system(etcd|ephd|ephd1) case(put|txn-put) repeat [rate]
+run_bench() { # system(etcd|ephd|ephd1|etcd1) case(put|txn-put) repeat [rate]
   local sys=$1 case=$2 rep=$3 rate=${4:-} members=3 eps=$EPS tag rc=0 label
   label=$case${rate:+@$rate}
   tag="$sys-${case}${rate:+-rate$rate}-r$rep"
   time_left || { log "MAX_TIME reached: skipping $tag"; return 0; }
-  if [[ $sys == ephd1 ]]; then
+  if [[ $sys == *1 ]]; then
     members=1; eps=$(ep 0)
-    start_single "$tag" || { record_failure "$sys" "$label" "$rep" "did not start"; return 0; }
+    start_single "$sys" "$tag" || { record_failure "$sys" "$label" "$rep" "did not start"; return 0; }
   else
     start_cluster "$sys" "$tag" || { record_failure "$sys" "$label" "$rep" "cluster did not form"; return 0; }
   fi
@@ -363,6 +373,15 @@ print(json.dumps({"meta": True, "started": time.strftime("%Y-%m-%d %H:%M:%S"), "
                   "load_before": open("/proc/loadavg").read().split()[:3], "load_waited_s": int(waited),
                   "ephd_env": ephd_env, "etcd_env": etcd_env}))
 PY
+half_peak() { # etcd|ephd: half the three-member cluster's median put/s so far, or nothing
+  python3 - "$JSONL" "$1" <<'PY'
+import json, statistics, sys
+xs = [d["ops_per_s"] for d in map(json.loads, open(sys.argv[1])) if d.get("case") == "put"
+      and d.get("system") == sys.argv[2] and not d.get("failed") and d.get("ops_per_s")]
+print(int(statistics.median(xs) / 2) if xs else "")
+PY
+}
+
 log "results in $OUT_DIR (client ports ${CPORT[*]}, peer ports ${PPORT[*]}, load $(load1))"
 
 for c in $CASES; do
@@ -376,18 +395,22 @@ for c in $CASES; do
         done
       done ;;
     rate)
-      rate=${RATE:-$(python3 - "$JSONL" <<'PY'
-import json, statistics, sys
-xs = [d["ops_per_s"] for d in map(json.loads, open(sys.argv[1])) if d.get("case") == "put"
-      and d.get("system") == "ephd" and not d.get("failed") and d.get("ops_per_s")]
-print(int(statistics.median(xs) / 2) if xs else "")
-PY
-)}
+      rate=${RATE:-$(half_peak ephd)}
       if [[ -z $rate ]]; then log "rate: no ephd put figure to halve (run put first or set RATE)"; continue; fi
       for ((r = 1; r <= REPEATS; r++)); do
         if ((r % 2)); then order=(ephd ephd1 etcd); else order=(etcd ephd1 ephd); fi
         for s in "${order[@]}"; do
           [[ " $SYSTEMS " == *" ${s%1} "* ]] || continue
+          log "put at $rate/s / $s (repeat $r)"; run_bench "$s" put "$r" "$rate"
+        done
+      done ;;
+    etcd-rate)
+      rate=${ETCD_RATE:-$(half_peak etcd)}
+      if [[ -z $rate ]]; then log "etcd-rate: no etcd put figure to halve (run put first or set ETCD_RATE)"; continue; fi
+      for ((r = 1; r <= REPEATS; r++)); do
+        if ((r % 2)); then order=(etcd etcd1); else order=(etcd1 etcd); fi
+        for s in "${order[@]}"; do
+          [[ " $SYSTEMS " == *" etcd "* ]] || continue
           log "put at $rate/s / $s (repeat $r)"; run_bench "$s" put "$r" "$rate"
         done
       done ;;
