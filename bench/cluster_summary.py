@@ -179,15 +179,20 @@ if lc:
     w(f"| zero leader changes during the ephd runs | {sum(known)} in {len(known)} runs"
       f"{'' if len(known) == len(lc) else f' ({len(lc) - len(known)} unknown)'} | "
       f"{verdict(sum(known) == 0 and len(known) == len(lc))} |")
+
+
+def p99_pair(case, s):
+    """Median p99 of the three-member `s` and of its single member."""
+    return tuple(med([d.get("lat_p99_ms") for d in sel(case, x)]) for x in (s, s + "1"))
+
+
 for case in rate_cases:
-    a = med([d.get("lat_p99_ms") for d in sel(case, "ephd")])
-    b = med([d.get("lat_p99_ms") for d in sel(case, "ephd1")])
+    a, b = p99_pair(case, "ephd")
     if a and b:
         w(f"| put p99 at half of peak ({case.split('@')[1]}/s) ≤ 2× the single member's | {fmt(a, 2)} vs "
           f"{fmt(b, 2)} ms ({ratio(a, b)}) | {verdict(a <= 2 * b)} |")
 for case in rate_cases:
-    a = med([d.get("lat_p99_ms") for d in sel(case, "etcd")])
-    b = med([d.get("lat_p99_ms") for d in sel(case, "etcd1")])
+    a, b = p99_pair(case, "etcd")
     if a and b:
         w(f"| (reference, not a target) etcd's own p99 at half of its peak ({case.split('@')[1]}/s), three "
           f"members against one | {fmt(a, 2)} vs {fmt(b, 2)} ms ({ratio(a, b)}) | – |")
