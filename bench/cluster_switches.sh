@@ -10,7 +10,8 @@
 #
 # Environment: EPHD (target/release/ephd), TOTAL (100000), RATE (none: as fast as it goes),
 #   MEMBERS (3; 1: one ephd alone, the single-process path), WAKEUPS (0), PROFILE (none; a
-#   path: `perf record -g` of the members for 4 s is written there; needs perf), BENCH_DIR
+#   path: a `perf record` of the members with DWARF call graphs, 4 s, is written there; needs
+#   perf), BENCH_DIR
 #   ($HOME/.cache/etcd-benchmark; build it with ../shared/bench/build-etcd-benchmark.sh).
 # Prints the load tool's latency distribution, then switches and CPU per put per thread name.
 # Loopback only, free ports picked at start; it stops only the members it started, and every run
@@ -93,7 +94,9 @@ timeout 120 "$B" --endpoints "$EPS" --dial-timeout 5s --clients 100 --conns 10 p
 BP=$!
 if [ -n "${PROFILE:-}" ]; then
   sleep 3
-  perf record -F 999 -g -p "$(IFS=,; echo "${pids[*]}")" -o "$PROFILE" -- sleep 4 >/dev/null 2>&1
+  # DWARF call graphs: the release build keeps no frame pointers, so `-g`
+  # would give no user-space callers. 499 Hz keeps the file near 40 MB.
+  perf record -F 499 --call-graph dwarf,16384 -p "$(IFS=,; echo "${pids[*]}")" -o "$PROFILE" -- sleep 4 >/dev/null 2>&1
 fi
 if [ "${WAKEUPS:-0}" = 1 ]; then
   sleep 2
