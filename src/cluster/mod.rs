@@ -144,14 +144,43 @@ impl Proposer {
         }
     }
 
+    /// A cluster member's space quota check before proposing `entry`: when
+    /// it does not fit this member's own quota, the NOSPACE alarm is
+    /// proposed under this member's ID (every member applies it alike) and
+    /// the write refused. A single member checks in the store
+    /// (`mvcc/quota.rs`).
+    async fn refuse_over_quota(node: &Node, store: &Store, entry: &Entry) -> Result<()> {
+        if !store.over_quota(entry) {
+            return Ok(());
+        }
+        if !store.own_nospace_raised() {
+            store.log_nospace_raised();
+            node.propose(Entry::Alarm {
+                action: AlarmAction::Activate,
+                member_id: store.config().member_id,
+                alarm: crate::mvcc::ALARM_NOSPACE,
+            })
+            .await?;
+        }
+        Err(Error::NoSpace)
+    }
+
+    /// Proposes `entry` after the space quota check.
+    async fn propose_write(node: &Node, store: &Store, entry: Entry) -> Result<Applied> {
+        Self::refuse_over_quota(node, store, &entry).await?;
+        node.propose(entry).await
+    }
+
     /// Put (see [`Store::put_async`]).
     pub async fn put(&self, store: &Store, req: PutRequest) -> Result<PutResponse> {
         match self {
             Proposer::Local => store.put_async(req).await,
-            Proposer::Replicated(n) => match n.propose(Entry::Put(req)).await? {
-                Applied::Put(p) => Ok(p),
-                other => unreachable!("a put applied as {other:?}"),
-            },
+            Proposer::Replicated(n) => {
+                match Self::propose_write(n, store, Entry::Put(req)).await? {
+                    Applied::Put(p) => Ok(p),
+                    other => unreachable!("a put applied as {other:?}"),
+                }
+            }
         }
     }
 
@@ -172,10 +201,12 @@ impl Proposer {
     pub async fn txn(&self, store: &Store, req: TxnRequest) -> Result<TxnResponse> {
         match self {
             Proposer::Local => store.txn_async(req).await,
-            Proposer::Replicated(n) => match n.propose(Entry::Txn(req)).await? {
-                Applied::Txn(t) => Ok(t),
-                other => unreachable!("a txn applied as {other:?}"),
-            },
+            Proposer::Replicated(n) => {
+                match Self::propose_write(n, store, Entry::Txn(req)).await? {
+                    Applied::Txn(t) => Ok(t),
+                    other => unreachable!("a txn applied as {other:?}"),
+                }
+            }
         }
     }
 
@@ -204,7 +235,8 @@ impl Proposer {
         let mut attempts = 0;
         loop {
             let chosen = if id == 0 { store.choose_lease_id() } else { id };
-            match node.propose(Entry::LeaseGrant { id: chosen, ttl }).await {
+            let grant = Entry::LeaseGrant { id: chosen, ttl };
+            match Self::propose_write(node, store, grant).await {
                 Ok(Applied::LeaseGrant { id, ttl, revision }) => {
                     return Ok(LeaseGrantResponse { revision, id, ttl })
                 }
@@ -236,11 +268,11 @@ impl Proposer {
         match self {
             Proposer::Local => store.apply_as_async(by, entry).await,
             Proposer::Replicated(n) => {
-                n.propose(Entry::Authorized {
+                let entry = Entry::Authorized {
                     by,
                     entry: Box::new(entry),
-                })
-                .await
+                };
+                Self::propose_write(n, store, entry).await
             }
         }
     }

@@ -1,10 +1,20 @@
 //! The one write path: every mutation (put, delete, txn, compaction, lease
 //! grant, revoke and expiry) is an [`Entry`] given to [`Store::apply`].
 //!
-//! `apply` depends only on the store's prior state and the entry: compares
-//! are evaluated inside it, revisions are assigned inside it in call order,
-//! and it reads no clock and draws no random number (lease IDs, expiry
-//! decisions and the initial revision come from the caller). Its changes
+//! `apply` is a pure function of the store's prior state and the entry:
+//! compares are evaluated inside it, revisions are assigned inside it in
+//! call order, and it reads no clock and draws no random number (lease IDs,
+//! expiry decisions and the initial revision come from the caller).
+//!
+//! The rule, for every arm below: nothing that one member holds alone may
+//! change an outcome. Not its member ID, not its flags (the apply-affecting
+//! ones are replicated as [`Entry::Limits`]), not its memory accounting or
+//! budgets, not its clock. Checks that need such inputs run before an entry
+//! is applied or proposed (the space quota: `quota.rs`); what they decide
+//! reaches the log as an entry of its own (the NOSPACE alarm), so apply
+//! refuses writes only from the replicated alarm table.
+//! `tests/determinism.rs` replays one log into stores that differ in all of
+//! those and requires identical answers and state. Its changes
 //! reach readers and watchers only when the sequencer publishes its
 //! revision, at its end. A replicated log will call it on every member in
 //! log order.
@@ -49,7 +59,6 @@ impl Store {
             Entry::Put(req) => {
                 validate::check_put(&req)?;
                 self.alarm_table().check_write(true)?;
-                self.check_quota(alarms::put_cost(&req))?;
                 self.check_put_lease(&req)?;
                 // Checked in full above: the write runs as a one-op txn
                 // without the txn checks (etcd's unary put has none).
@@ -84,7 +93,6 @@ impl Store {
                     return Err(Error::LeaseTtlTooLarge);
                 }
                 self.alarm_table().check_write(true)?;
-                self.check_quota(alarms::LEASE_COST)?;
                 let _writers = self.range_writers().read();
                 self.check_running()?;
                 let ttl = self.lessor().grant(id, ttl)?;
@@ -165,35 +173,6 @@ impl Store {
         }
     }
 
-    /// The space quota: a write that would bring the accounted memory
-    /// above `--quota-backend-bytes` fails with "database space exceeded"
-    /// and raises NOSPACE, which then stops every write that takes space
-    /// until a client disarms it (etcd's quota: the write that does not fit
-    /// is refused, not applied). Depends only on the store's contents, so
-    /// every member decides the same.
-    fn check_quota(&self, cost: i64) -> Result<()> {
-        let Some(quota) = self.limits().quota_bytes else {
-            return Ok(());
-        };
-        let used = self.stats().memory_bytes();
-        if used + cost <= quota {
-            return Ok(());
-        }
-        let member = self.config().member_id;
-        let raised = self
-            .alarm_table()
-            .apply(AlarmAction::Activate, member, alarms::ALARM_NOSPACE);
-        self.stats().applied();
-        tracing::warn!(
-            used_bytes = used,
-            quota_bytes = quota,
-            ?raised,
-            "space quota reached: NOSPACE alarm raised; writes that take space fail until \
-             space is freed (delete, compact) and the alarm is disarmed"
-        );
-        Err(Error::NoSpace)
-    }
-
     /// A unary Put's lease check before its txn: as etcd's unary put does,
     /// before the ignore flags, that its lease exists unless unknown leases
     /// are adopted.
@@ -216,9 +195,6 @@ impl Store {
         }
         let takes_space = alarms::txn_takes_space(&req);
         self.alarm_table().check_write(takes_space)?;
-        if takes_space {
-            self.check_quota(alarms::txn_cost(&req))?;
-        }
         self.write_txn(&req)
     }
 
@@ -230,7 +206,9 @@ impl Store {
 
     /// Put with etcd's semantics (see [`Entry::Put`]).
     pub fn put(&self, req: PutRequest) -> Result<PutResponse> {
-        let applied = self.apply(Entry::Put(req))?;
+        let entry = Entry::Put(req);
+        self.refuse_over_quota(&entry)?;
+        let applied = self.apply(entry)?;
         self.arm_new_leases();
         match applied {
             Applied::Put(p) => Ok(p),
@@ -240,7 +218,9 @@ impl Store {
 
     /// [`Store::put`] for async callers.
     pub async fn put_async(&self, req: PutRequest) -> Result<PutResponse> {
-        let applied = self.apply_async(Entry::Put(req)).await?;
+        let entry = Entry::Put(req);
+        self.refuse_over_quota(&entry)?;
+        let applied = self.apply_async(entry).await?;
         self.arm_new_leases();
         match applied {
             Applied::Put(p) => Ok(p),
@@ -266,7 +246,9 @@ impl Store {
 
     /// Txn with etcd's semantics.
     pub fn txn(&self, req: TxnRequest) -> Result<TxnResponse> {
-        let applied = self.apply(Entry::Txn(req))?;
+        let entry = Entry::Txn(req);
+        self.refuse_over_quota(&entry)?;
+        let applied = self.apply(entry)?;
         self.arm_new_leases();
         match applied {
             Applied::Txn(t) => Ok(t),
@@ -276,7 +258,9 @@ impl Store {
 
     /// [`Store::txn`] for async callers.
     pub async fn txn_async(&self, req: TxnRequest) -> Result<TxnResponse> {
-        let applied = self.apply_async(Entry::Txn(req)).await?;
+        let entry = Entry::Txn(req);
+        self.refuse_over_quota(&entry)?;
+        let applied = self.apply_async(entry).await?;
         self.arm_new_leases();
         match applied {
             Applied::Txn(t) => Ok(t),

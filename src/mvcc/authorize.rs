@@ -103,6 +103,7 @@ impl Store {
 
     /// Applies `entry` on behalf of `by` (auth enabled), single member.
     pub async fn apply_as_async(&self, by: AuthInfo, entry: Entry) -> Result<Applied> {
+        self.refuse_over_quota(&entry)?;
         let applied = self
             .apply_async(Entry::Authorized {
                 by,

@@ -28,7 +28,9 @@ impl Store {
             } else {
                 id
             };
-            match self.apply(Entry::LeaseGrant { id: chosen, ttl }) {
+            let entry = Entry::LeaseGrant { id: chosen, ttl };
+            self.refuse_over_quota(&entry)?;
+            match self.apply(entry) {
                 Ok(Applied::LeaseGrant { id, ttl, revision }) => {
                     self.arm_new_leases();
                     return Ok(LeaseGrantResponse { revision, id, ttl });

@@ -1,5 +1,5 @@
 //! The settings that decide what applying an entry does ([`Limits`]): the
-//! space quota, the most ops a txn may have, and whether a put naming an
+//! most ops a txn may have, and whether a put naming an
 //! unknown lease adopts it. A single member takes them from its flags. In
 //! a cluster every member must decide every entry alike, so the leader
 //! replicates its own ([`Entry::Limits`]) and every member applies those,
@@ -16,7 +16,9 @@ pub struct Limits {
     /// `--max-txn-ops`.
     pub max_txn_ops: usize,
     /// `--quota-backend-bytes` (the derived value when 0 was given);
-    /// `None`: no quota.
+    /// `None`: no quota. Carried for the log's and snapshots' format and
+    /// reported, but never applied: each member checks writes against its
+    /// own quota before proposing them (`quota.rs`), as etcd members do.
     pub quota_bytes: Option<i64>,
     /// `--lease-adopt-unknown-ttl`; `None`: unknown lease IDs are refused.
     pub adopt_unknown_ttl: Option<i64>,

@@ -18,6 +18,7 @@
 //!   compact, restore
 //! apply               the one write path: every mutation is an Entry
 //! alarms              NOSPACE/CORRUPT alarms and what they forbid
+//! quota               the space quota, checked before applying or proposing
 //! leases              every lease rule, through the apply path
 //! image, initial      the whole state as data (cluster snapshots); the
 //!                     cluster's initial-revision entry
@@ -41,6 +42,7 @@ mod leases;
 mod limits;
 mod locks;
 mod log;
+mod quota;
 pub mod range;
 mod read;
 mod restore;
@@ -65,6 +67,7 @@ pub use image::{ImageLease, ImageVersion, StoreImage};
 pub use initial::COMPACT_REV_KEY;
 pub use limits::Limits;
 pub use log::{EventLog, LoggedEvent};
+pub use quota::space_cost;
 pub use stats::Stats;
 pub use store::{Store, StoreConfig};
 pub use types::*;

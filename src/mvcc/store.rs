@@ -48,8 +48,9 @@ pub struct StoreConfig {
     pub lessor: LessorConfig,
     /// The space quota (`--quota-backend-bytes`): a write that takes space
     /// and would bring [`Stats::memory_bytes`] above it fails with
-    /// "database space exceeded" and raises the NOSPACE alarm. `None`: no
-    /// quota.
+    /// "database space exceeded" and raises the NOSPACE alarm. Checked
+    /// before a write is applied or proposed (`quota.rs`), never inside
+    /// the apply path. `None`: no quota.
     pub quota_bytes: Option<i64>,
     /// The member ID a NOSPACE alarm raised by the quota is recorded under.
     pub member_id: u64,

@@ -25,6 +25,7 @@ mod cluster_limits;
 mod cluster_members;
 mod cluster_move_leader;
 mod cluster_peer_metrics;
+mod cluster_quota;
 mod cluster_rejoin;
 mod cluster_removal;
 mod cluster_replaced;

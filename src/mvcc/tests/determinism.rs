@@ -272,20 +272,134 @@ fn determinism_holds_with_lease_adoption_and_a_bumped_start() {
     }
 }
 
+/// Records a log the way a member that checks its quota before proposing
+/// writes one: the leader's limits first, then random entries, where an
+/// entry over the recording member's quota is replaced by the NOSPACE alarm
+/// it raises (and dropped once that alarm is raised).
+fn record_log(seed: u64, steps: usize, recorder: &StoreConfig) -> Vec<Entry> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let store = Store::new(recorder.clone());
+    let mut log = vec![Entry::Limits(store.own_limits())];
+    store.apply(log[0].clone()).unwrap();
+    while log.len() < steps {
+        let mut entry = random_entry(&mut rng, &store);
+        if store.over_quota(&entry) {
+            if store.own_nospace_raised() {
+                continue;
+            }
+            entry = Entry::Alarm {
+                action: AlarmAction::Activate,
+                member_id: recorder.member_id,
+                alarm: ALARM_NOSPACE,
+            };
+        }
+        let _ = store.apply(entry.clone());
+        log.push(entry);
+    }
+    log
+}
+
 #[test]
-fn quota_decisions_are_the_same_on_two_stores() {
-    // A quota the random entries reach and leave again (deletes,
-    // compactions, disarms), so refusals and raised alarms are compared.
-    let config = StoreConfig {
+fn a_log_gives_the_same_answers_and_state_whatever_the_members_own_settings() {
+    // The recording member: a quota the random entries reach and leave
+    // again (deletes, compactions, and disarms, which name member 1).
+    let recorder = StoreConfig {
         quota_bytes: Some(25_000),
-        // The member the random disarms name, so they clear it too.
         member_id: 1,
         ..Default::default()
     };
+    // Members that differ in everything a member holds alone: its ID, its
+    // quota (none, tiny, huge), its --max-txn-ops and lease adoption flags
+    // (the log's Limits entry decides), its auth token TTL.
+    let members = [
+        recorder.clone(),
+        StoreConfig {
+            member_id: 2,
+            quota_bytes: None,
+            ..Default::default()
+        },
+        StoreConfig {
+            member_id: 3,
+            quota_bytes: Some(100),
+            max_txn_ops: 1,
+            lessor: LessorConfig {
+                adopt_unknown_ttl: Some(60),
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        StoreConfig {
+            member_id: 0x8e9e_05c5_2164_694d,
+            quota_bytes: Some(1 << 40),
+            auth: crate::auth::AuthConfig {
+                token_ttl: std::time::Duration::from_secs(1),
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+    ];
     for seed in 20..23 {
-        let r = replay_twice(seed, config.clone(), 1_500);
-        assert!(r.refused_by_quota > 0, "seed {seed}: {r:?}");
-        assert!(r.successes > r.steps / 4, "seed {seed}: {r:?}");
+        let recorded = record_log(seed, 1_500, &recorder);
+        let raised = recorded
+            .iter()
+            .filter(|e| matches!(e, Entry::Alarm { action: AlarmAction::Activate, alarm, .. } if *alarm == ALARM_NOSPACE))
+            .count();
+        let stores: Vec<Store> = members.iter().cloned().map(Store::new).collect();
+        let mut refused_by_alarm = 0;
+        for (step, entry) in recorded.iter().enumerate() {
+            let answers: Vec<Result<Applied>> =
+                stores.iter().map(|s| s.apply(entry.clone())).collect();
+            for (i, answer) in answers.iter().enumerate().skip(1) {
+                assert_eq!(
+                    &answers[0], answer,
+                    "seed {seed} step {step}, member {i}: {entry:?}"
+                );
+                assert_same_state(&stores[0], &stores[i], step);
+            }
+            refused_by_alarm += matches!(answers[0], Err(crate::error::Error::NoSpace)) as usize;
+        }
+        for other in &stores[1..] {
+            assert_eq!(log(&stores[0]), log(other), "seed {seed}: change logs");
+        }
+        assert!(raised > 0, "seed {seed}: the quota never tripped");
+        assert!(
+            refused_by_alarm > 0,
+            "seed {seed}: no write met the raised alarm"
+        );
+    }
+}
+
+/// The apply path's files read no clock, draw no random number and read no
+/// member setting: what they decide can depend on nothing but the store
+/// and the entry.
+#[test]
+fn the_apply_path_reads_no_clock_and_no_randomness() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/mvcc");
+    for file in [
+        "apply.rs",
+        "write.rs",
+        "compact.rs",
+        "alarms.rs",
+        "compare.rs",
+        "locks.rs",
+        "history.rs",
+        "sequencer.rs",
+    ] {
+        let text = std::fs::read_to_string(dir.join(file)).unwrap();
+        for banned in [
+            "Instant::now",
+            "SystemTime",
+            "rand::",
+            "std::env::",
+            "config()",
+        ] {
+            let code: String = text
+                .lines()
+                .filter(|l| !l.trim_start().starts_with("//"))
+                .collect::<Vec<_>>()
+                .join("\n");
+            assert!(!code.contains(banned), "{file} uses {banned}");
+        }
     }
 }
 
