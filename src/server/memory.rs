@@ -105,28 +105,49 @@ fn meminfo_total(path: &Path) -> Option<u64> {
     Some(kib * 1024)
 }
 
-/// The memory limit of this process's cgroup: v2's `memory.max` in the
-/// process's own cgroup directory (or the mount root, as containers see
-/// it), else v1's `memory.limit_in_bytes`. `max` and v1's "unlimited"
-/// (a huge number) count as no limit.
+/// The memory limit of this process's cgroup: the smallest limit on the
+/// path from its own cgroup (`/proc/self/cgroup`) up to the mount root,
+/// since a parent's limit binds every child. v2's `memory.max` first;
+/// else v1's `memory.limit_in_bytes` under the memory controller's mount,
+/// on the path `/proc/self/cgroup` names for that controller. `max` and
+/// v1's "unlimited" (a huge number) count as no limit. A path that does
+/// not exist under the mount (a container without its own cgroup
+/// namespace, which sees its own cgroup at the mount root) is skipped.
 fn cgroup_limit(proc_cgroup: &Path, root: &Path) -> Option<(u64, &'static str)> {
     let own = std::fs::read_to_string(proc_cgroup).unwrap_or_default();
     let v2_path = own
         .lines()
         .find_map(|l| l.strip_prefix("0::"))
-        .map(|p| p.trim_start_matches('/'));
-    let mut v2_candidates = Vec::new();
-    if let Some(p) = v2_path.filter(|p| !p.is_empty()) {
-        v2_candidates.push(root.join(p).join("memory.max"));
+        .unwrap_or("/");
+    if let Some(limit) = smallest_on_path(root, v2_path, "memory.max") {
+        return Some((limit, "cgroup v2"));
     }
-    v2_candidates.push(root.join("memory.max"));
-    for path in v2_candidates {
-        if let Ok(text) = std::fs::read_to_string(&path) {
-            return parse_limit(&text).map(|b| (b, "cgroup v2"));
+    // v1 lines are `ID:controller[,controller…]:/path`.
+    let v1_path = own
+        .lines()
+        .filter_map(|l| l.splitn(3, ':').nth(1).zip(l.splitn(3, ':').nth(2)))
+        .find(|(controllers, _)| controllers.split(',').any(|c| c == "memory"))
+        .map_or("/", |(_, path)| path);
+    smallest_on_path(&root.join("memory"), v1_path, "memory.limit_in_bytes")
+        .map(|limit| (limit, "cgroup v1"))
+}
+
+/// The smallest limit in `file` in the directories from `mount/path` up to
+/// `mount` itself.
+fn smallest_on_path(mount: &Path, path: &str, file: &str) -> Option<u64> {
+    let mut dir = mount.join(path.trim_start_matches('/'));
+    let mut smallest: Option<u64> = None;
+    loop {
+        if let Some(limit) = std::fs::read_to_string(dir.join(file))
+            .ok()
+            .and_then(|text| parse_limit(&text))
+        {
+            smallest = Some(smallest.map_or(limit, |s| s.min(limit)));
+        }
+        if dir == mount || !dir.pop() || !dir.starts_with(mount) {
+            return smallest;
         }
     }
-    let v1 = std::fs::read_to_string(root.join("memory/memory.limit_in_bytes")).ok()?;
-    parse_limit(&v1).map(|b| (b, "cgroup v1"))
 }
 
 fn parse_limit(text: &str) -> Option<u64> {
@@ -234,5 +255,86 @@ mod tests {
         .unwrap();
         assert_eq!(cgroup_limit(&v1.path().join("none"), v1.path()), None);
         assert!(meminfo_total(Path::new("/proc/meminfo")).is_some_and(|b| b > 0));
+    }
+
+    /// A tree of cgroup directories under `root`, each `(path, file, limit)`.
+    fn tree(root: &Path, dirs: &[(&str, &str, &str)]) {
+        for (path, file, limit) in dirs {
+            let dir = root.join(path);
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join(file), format!("{limit}\n")).unwrap();
+        }
+    }
+
+    #[test]
+    fn the_smallest_limit_from_the_own_cgroup_up_to_the_root_wins() {
+        // v2: the pod's limit (1 GiB) binds the container's larger one.
+        let v2 = tempfile::tempdir().unwrap();
+        let proc_cgroup = v2.path().join("proc-cgroup");
+        std::fs::write(&proc_cgroup, "0::/kubepods/pod1/ctr\n").unwrap();
+        tree(
+            v2.path(),
+            &[
+                ("kubepods", "memory.max", "max"),
+                ("kubepods/pod1", "memory.max", "1073741824"),
+                ("kubepods/pod1/ctr", "memory.max", "2147483648"),
+            ],
+        );
+        assert_eq!(
+            cgroup_limit(&proc_cgroup, v2.path()),
+            Some((GIB, "cgroup v2"))
+        );
+
+        // v1 in a child cgroup, the memory controller mounted with another
+        // one (as `cpu,memory` or on its own): the limit is read on the
+        // process's own path, not only at the mount root (which has none).
+        let v1 = tempfile::tempdir().unwrap();
+        let proc_cgroup = v1.path().join("proc-cgroup");
+        std::fs::write(
+            &proc_cgroup,
+            "12:pids:/user.slice\n4:memory:/user.slice/ephd\n1:name=systemd:/init.scope\n",
+        )
+        .unwrap();
+        let unlimited = "9223372036854771712";
+        tree(
+            v1.path(),
+            &[
+                ("memory", "memory.limit_in_bytes", unlimited),
+                ("memory/user.slice", "memory.limit_in_bytes", unlimited),
+                (
+                    "memory/user.slice/ephd",
+                    "memory.limit_in_bytes",
+                    "1073741824",
+                ),
+            ],
+        );
+        assert_eq!(
+            cgroup_limit(&proc_cgroup, v1.path()),
+            Some((GIB, "cgroup v1"))
+        );
+        // A parent's smaller limit binds the child's.
+        tree(
+            v1.path(),
+            &[("memory/user.slice", "memory.limit_in_bytes", "536870912")],
+        );
+        assert_eq!(
+            cgroup_limit(&proc_cgroup, v1.path()),
+            Some((512 * MIB, "cgroup v1"))
+        );
+        std::fs::write(&proc_cgroup, "4:cpu,memory:/user.slice/ephd\n").unwrap();
+        assert_eq!(
+            cgroup_limit(&proc_cgroup, v1.path()),
+            Some((512 * MIB, "cgroup v1"))
+        );
+
+        // A path the mount does not have (no cgroup namespace): the mount
+        // root's limit.
+        std::fs::write(&proc_cgroup, "0::/docker/abc\n").unwrap();
+        let ns = tempfile::tempdir().unwrap();
+        tree(ns.path(), &[("", "memory.max", "268435456")]);
+        assert_eq!(
+            cgroup_limit(&proc_cgroup, ns.path()),
+            Some((256 * MIB, "cgroup v2"))
+        );
     }
 }
