@@ -24,6 +24,7 @@ use super::input::Progress;
 use super::members::Boot;
 use super::membership::{MemberInfo, Membership};
 use super::node::Node;
+use super::rejoin::{self, Refused};
 use super::resume::Waited;
 use super::saved::Saved;
 use crate::config::ClusterConfig;
@@ -103,6 +104,9 @@ pub async fn bootstrap(
             }
         }
     }
+    if saved.is_none() {
+        answers = wait_for_election(config, id, answers).await;
+    }
     let start = check_restart(config, id, &answers).map_err(|e| match saved {
         // The refusal of a majority restarted without state: with saved
         // state the way out is a resume, not an empty forced cluster.
@@ -134,18 +138,9 @@ pub async fn bootstrap(
     match start {
         Start::New => {}
         Start::Rejoin { old, refusal } => {
-            return super::rejoin::rejoin(config, old, &answers, client_urls)
-                .await
-                .map_err(|why| format!("{refusal} (the automatic rejoin failed: {why})"))
+            return rejoin_patiently(config, (old, refusal), answers, client_urls).await
         }
-        Start::Join => {
-            // Added (by MemberAdd or an earlier rejoin) and not started
-            // yet: start as that member; a learner promotes itself once
-            // caught up, as after a rejoin.
-            let mut boot = join(config, client_urls).await?;
-            boot.promote = boot.current.get(boot.id).is_some_and(|m| m.is_learner);
-            return Ok(boot);
-        }
+        Start::Join => return start_as_added(config, client_urls).await,
     }
     Ok(Boot {
         id,
@@ -157,6 +152,121 @@ pub async fn bootstrap(
         promote: false,
         resume: None,
     })
+}
+
+/// How many election timeouts a restarted member waits for survivors that
+/// answer without a leader to elect one, before it takes them for a
+/// minority that lost its majority.
+const ELECTIONS_AWAITED: u32 = 10;
+
+/// Survivors that know this member ran but answer without a leader are
+/// most likely electing (this member led them and came back within an
+/// election timeout): probes again, for at most [`ELECTIONS_AWAITED`]
+/// election timeouts, until one answers with a leader. Returns the last
+/// answers.
+async fn wait_for_election(
+    config: &ClusterConfig,
+    id: u64,
+    mut answers: Vec<(String, ProbeResponse)>,
+) -> Vec<(String, ProbeResponse)> {
+    let electing = |answers: &[(String, ProbeResponse)]| {
+        answers
+            .iter()
+            .any(|(_, r)| r.asker_started || r.urls_member_started)
+            && answers.iter().all(|(_, r)| r.leader == 0)
+    };
+    if !electing(&answers) {
+        return answers;
+    }
+    tracing::info!("the members that answer have no leader yet; waiting for their election");
+    let deadline = tokio::time::Instant::now() + ELECTIONS_AWAITED * config.election;
+    let pause = (config.election / 4).max(Duration::from_millis(50));
+    while electing(&answers) && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(pause).await;
+        answers = probe(config, id).await;
+    }
+    answers
+}
+
+/// Added (by MemberAdd or an earlier rejoin) and not started yet: starts
+/// as that member; a learner promotes itself once caught up, as after a
+/// rejoin.
+async fn start_as_added(config: &ClusterConfig, client_urls: Vec<String>) -> Result<Boot, String> {
+    let mut boot = join(config, client_urls).await?;
+    boot.promote = boot.current.get(boot.id).is_some_and(|m| m.is_learner);
+    Ok(boot)
+}
+
+/// Rejoins under a new ID (`rejoin.rs`), asking again while the cluster is
+/// in a state that passes by itself, for at most [`rejoin::PATIENCE`]
+/// (each reason logged once). Before each new attempt it probes the
+/// others and decides again, so what an attempt that timed out did is
+/// seen rather than repeated: a finished addition is started as, and a
+/// removal of the old ID without the addition is completed by the
+/// addition alone. Survivors without a leader, or no answers at all, are
+/// waited out: this member knows it ran, so it never forms a cluster anew
+/// from such answers.
+async fn rejoin_patiently(
+    config: &ClusterConfig,
+    (mut old, mut refusal): (u64, String),
+    mut answers: Vec<(String, ProbeResponse)>,
+    client_urls: Vec<String>,
+) -> Result<Boot, String> {
+    let id = config.member_id();
+    let deadline = tokio::time::Instant::now() + rejoin::PATIENCE;
+    let pause = (config.election / 4).max(Duration::from_millis(50));
+    let mut said = std::collections::HashSet::new();
+    let mut sent = false;
+    let mut removed_already = false;
+    let mut why;
+    loop {
+        match rejoin::rejoin(config, old, &answers, client_urls.clone(), removed_already).await {
+            Ok(boot) => return Ok(boot),
+            Err(Refused::Final(why)) => {
+                return Err(format!("{refusal} (the automatic rejoin failed: {why})"))
+            }
+            Err(Refused::Transient { why: w, sent: s }) => {
+                sent |= s;
+                if said.insert(w.clone()) {
+                    tracing::info!(reason = %w, "rejoin not possible yet; asking again");
+                }
+                why = w;
+            }
+        }
+        // Probe and decide again, until there is something to try.
+        loop {
+            if tokio::time::Instant::now() >= deadline {
+                return Err(format!(
+                    "{refusal} (the automatic rejoin did not finish within {:?}: {why})",
+                    rejoin::PATIENCE
+                ));
+            }
+            tokio::time::sleep(pause).await;
+            answers = probe(config, id).await;
+            let removed_by_us = sent
+                && answers.iter().any(|(_, r)| r.asker_removed)
+                && answers.iter().all(|(_, r)| r.urls_member == 0);
+            match check_restart(config, id, &answers) {
+                Ok(Start::Rejoin { old: o, refusal: r }) => {
+                    (old, refusal, removed_already) = (o, r, false);
+                    break;
+                }
+                Ok(Start::Join) => return start_as_added(config, client_urls).await,
+                Err(_) if removed_by_us && answers.iter().any(|(_, r)| r.leader != 0) => {
+                    removed_already = true;
+                    break;
+                }
+                Err(e) if answers.iter().any(|(_, r)| r.leader != 0) => return Err(e),
+                Ok(Start::New) | Err(_) => {
+                    let w = "no member that answers has a leader".to_string();
+                    if said.insert(w.clone()) {
+                        tracing::info!(reason = %w, "rejoin not possible yet; asking again");
+                    }
+                    why = w;
+                }
+            }
+        }
+    }
 }
 
 /// The peer URLs of every other member `--initial-cluster` names.

@@ -23,12 +23,23 @@
 //!    decided by the leader, which refuses until the learner has 90% of
 //!    its log) until it is a voter.
 //!
+//! States that pass by themselves are waited out, for at most
+//! [`PATIENCE`] (`join.rs` probes and decides again before each attempt):
+//! survivors still electing (or still naming this member's old ID as their
+//! leader, when it was the leader and came back within an election
+//! timeout), a serving member that timed out or lost its leader, a cluster
+//! not yet healthy enough for a membership change. An attempt that timed
+//! out may have removed the old ID: the next probe shows it, and then only
+//! the addition is asked for (`removed_already`), never a second removal.
+//!
 //! Not automated, refused with the etcd way spelled out: an ID that was
-//! removed (an operator removed it: it must not add itself back), a
-//! cluster without a leader (a majority may have lost its state:
+//! removed by someone else (an operator removed it: it must not add
+//! itself back), a cluster whose answering members find no leader for
+//! ten election timeouts (a majority may have lost its state:
 //! `force.rs`), or a removal etcd's checks refuse. If the member that
-//! serves the rejoin stops between the removal and the addition, the next
-//! start finds the ID removed and is refused: add it with MemberAdd then.
+//! serves the rejoin stops between the removal and the addition and this
+//! process stops too, the next start finds the ID removed and is refused:
+//! add it with MemberAdd then.
 
 use super::membership::Change;
 use super::node::Node;
@@ -43,54 +54,75 @@ use tonic::{Request, Status};
 
 use super::members::Boot;
 
+/// Why a rejoin attempt did not finish.
+#[derive(Debug)]
+pub(super) enum Refused {
+    /// A state that passes by itself: the survivors still elect (or still
+    /// name this member's old ID as their leader), the serving member timed
+    /// out or lost its leader, the cluster is not healthy enough for a
+    /// membership change yet. `sent` when a request reached the serving
+    /// member, whose removal of the old ID may then have been applied.
+    Transient { why: String, sent: bool },
+    /// A refusal that stays (the ID was removed by an operator, etcd's
+    /// checks refuse the removal).
+    Final(String),
+}
+
 /// Asks the cluster to remove `id` (this member's old ID) and add this
 /// member anew as a learner; returns what it starts with, or why not.
-/// `answers` are the probe's answers, by peer URL.
+/// `answers` are the probe's answers, by peer URL. With `removed_already`
+/// (an earlier attempt of this process reached the serving member and the
+/// old ID is gone now, with no member holding these peer URLs), only the
+/// addition is asked for.
 pub(super) async fn rejoin(
     config: &ClusterConfig,
     id: u64,
     answers: &[(String, ProbeResponse)],
     client_urls: Vec<String>,
-) -> Result<Boot, String> {
+    removed_already: bool,
+) -> Result<Boot, Refused> {
     // The leader: MemberAdd needs the serving member connected to every
     // voter, which a follower may not be (followers do not talk to each
-    // other). One member only: a second attempt after a partial one would
-    // find the old ID removed.
+    // other). Survivors that still name this member's old ID as leader (it
+    // was killed and restarted within an election timeout) or name none
+    // are electing: ask again once they have one.
     let leader = answers
         .iter()
         .find_map(|(_, r)| Some(r.leader).filter(|l| *l != 0));
-    let Some((url, _)) = answers
-        .iter()
-        .find(|(_, r)| Some(r.member_id) == leader)
-        .or_else(|| answers.first())
-    else {
-        return Err("no member answers".to_string());
+    let not_sent = |why: String| Refused::Transient { why, sent: false };
+    let url = match leader {
+        Some(l) if l == id => {
+            return Err(not_sent(
+                "the others still name this member's old ID as their leader".into(),
+            ))
+        }
+        None => return Err(not_sent("no member that answers has a leader".into())),
+        Some(l) => match answers.iter().find(|(_, r)| r.member_id == l) {
+            Some((url, _)) => url,
+            None => return Err(not_sent(format!("the leader {l:x} does not answer"))),
+        },
     };
     let mut c = connect(url)
         .await
-        .ok_or_else(|| format!("{url}: not reachable"))?;
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    let r = loop {
-        let mut req = Request::new(RejoinRequest {
-            token: config.token.clone(),
-            member_id: id,
-            peer_urls: config.advertise_peer_urls.clone(),
-        });
-        // A removal and an addition, each within the serving member's
-        // request timeout (5 s plus two election timeouts).
-        req.set_timeout(2 * (Duration::from_secs(6) + 2 * config.election));
-        match c.rejoin(req).await {
-            Ok(r) => break r.into_inner(),
-            // Refused before anything changed, for a while only: etcd's
-            // health rule wants every voter connected for 5 s (a cluster
-            // that just formed, or a member that just came back), and
-            // another member may be rejoining as the one learner.
-            Err(s) if transient(&s) && tokio::time::Instant::now() < deadline => {
-                tracing::info!(reason = %s.message(), "rejoin refused for now; asking again");
-                tokio::time::sleep(Duration::from_millis(500)).await;
-            }
-            Err(s) => return Err(format!("{url}: {}", s.message())),
+        .ok_or_else(|| not_sent(format!("{url}: not reachable")))?;
+    let mut req = Request::new(RejoinRequest {
+        token: config.token.clone(),
+        member_id: id,
+        peer_urls: config.advertise_peer_urls.clone(),
+        removed_already,
+    });
+    // A removal and an addition, each within the serving member's request
+    // timeout (5 s plus two election timeouts).
+    req.set_timeout(2 * (Duration::from_secs(6) + 2 * config.election));
+    let r = match c.rejoin(req).await {
+        Ok(r) => r.into_inner(),
+        Err(s) if transient(&s) => {
+            return Err(Refused::Transient {
+                why: format!("{url}: {}", s.message()),
+                sent: true,
+            })
         }
+        Err(s) => return Err(Refused::Final(format!("{url}: {}", s.message()))),
     };
     tracing::warn!(
         old_member_id = %format_args!("{id:x}"),
@@ -102,16 +134,34 @@ pub(super) async fn rejoin(
     Ok(Boot::joined(r, config.name.clone(), client_urls, true))
 }
 
-/// How long a restarted member asks again while the cluster is not
-/// healthy enough to change its membership.
-const PATIENCE: Duration = Duration::from_secs(30);
+/// How long a restarted member keeps asking to rejoin while the cluster is
+/// in a state that passes by itself (an election, a health check that
+/// wants every voter connected for a while, another member rejoining).
+pub(super) const PATIENCE: Duration = Duration::from_secs(60);
 
-/// A refusal that changed nothing and may pass later.
+/// A refusal or failure that changed nothing for sure, or whose removal
+/// the next attempt checks, and that may pass later.
 fn transient(s: &Status) -> bool {
     // One learner at a time: another member rejoining is promoted soon.
-    [Error::Unhealthy, Error::NoLeader, Error::TooManyLearners]
-        .iter()
-        .any(|e| e.message() == s.message())
+    // Timeouts and leader changes: the removal may or may not have been
+    // applied, which the next probe shows.
+    let refusals = [
+        Error::Unhealthy,
+        Error::NoLeader,
+        Error::NoLeaderInTime,
+        Error::TooManyLearners,
+        Error::ProposalDropped,
+        Error::LeaderChanged,
+        Error::Timeout,
+        Error::TimeoutDueToLeaderFail,
+        Error::TimeoutDueToConnectionLost,
+        Error::Stopped,
+    ];
+    refusals.iter().any(|e| e.message() == s.message())
+        || matches!(
+            s.code(),
+            tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Cancelled
+        )
 }
 
 async fn connect(url: &str) -> Option<MembershipClient<tonic::transport::Channel>> {
@@ -127,6 +177,15 @@ async fn connect(url: &str) -> Option<MembershipClient<tonic::transport::Channel
 pub(super) async fn serve(node: &Node, req: RejoinRequest) -> Result<JoinResponse, Status> {
     let m = node.membership();
     let old = req.member_id;
+    if req.removed_already
+        && m.get(old).is_none()
+        && m.is_removed(old)
+        && m.by_peer_urls(&req.peer_urls).is_none()
+    {
+        // An earlier attempt of the same process removed the old ID and
+        // timed out before the addition: add it now.
+        return add_learner(node, &m, old, req.peer_urls).await;
+    }
     let Some(member) = m.get(old) else {
         return Err(Status::failed_precondition(format!(
             "member {old:x} is not a member of this cluster (removed, or never added): a \
@@ -162,7 +221,21 @@ pub(super) async fn serve(node: &Node, req: RejoinRequest) -> Result<JoinRespons
         return Err(status(Error::Unhealthy));
     }
     node.member_remove(old).await.map_err(status)?;
-    let (added, after) = node.member_add(req.peer_urls, true).await.map_err(status)?;
+    add_learner(node, &after_removal, old, req.peer_urls).await
+}
+
+/// The addition half of a rejoin: `peer_urls` as a learner.
+async fn add_learner(
+    node: &Node,
+    membership: &super::membership::Membership,
+    old: u64,
+    peer_urls: Vec<String>,
+) -> Result<JoinResponse, Status> {
+    let status = |e: Error| crate::grpc_status::status(e);
+    if membership.members().any(|x| x.is_learner) {
+        return Err(status(Error::TooManyLearners));
+    }
+    let (added, after) = node.member_add(peer_urls, true).await.map_err(status)?;
     tracing::info!(
         old_member_id = %format_args!("{old:x}"),
         member_id = %format_args!("{:x}", added.id),

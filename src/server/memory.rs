@@ -125,7 +125,10 @@ fn cgroup_limit(proc_cgroup: &Path, root: &Path) -> Option<(u64, &'static str)> 
     // v1 lines are `ID:controller[,controller…]:/path`.
     let v1_path = own
         .lines()
-        .filter_map(|l| l.splitn(3, ':').nth(1).zip(l.splitn(3, ':').nth(2)))
+        .filter_map(|l| {
+            let mut parts = l.splitn(3, ':').skip(1);
+            parts.next().zip(parts.next())
+        })
         .find(|(controllers, _)| controllers.split(',').any(|c| c == "memory"))
         .map_or("/", |(_, path)| path);
     smallest_on_path(&root.join("memory"), v1_path, "memory.limit_in_bytes")
