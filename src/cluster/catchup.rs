@@ -76,6 +76,7 @@ pub struct LogCounters {
     sent: AtomicU64,
     installed: AtomicU64,
     snapshot_bytes: AtomicU64,
+    predating: AtomicU64,
 }
 
 impl LogCounters {
@@ -128,6 +129,13 @@ impl LogCounters {
             self.sent.load(Ordering::Relaxed),
         );
         one(
+            "ephd_raft_snapshots_predating_member_total",
+            "counter",
+            "Times the kept snapshot was not sent to a member because its member list predates \
+             that member (a fresh one is built instead).",
+            self.predating.load(Ordering::Relaxed),
+        );
+        one(
             "ephd_raft_snapshots_installed_total",
             "counter",
             "Snapshots received from a leader and installed.",
@@ -149,6 +157,7 @@ impl LogCounters {
 pub(super) struct LogStore {
     mem: MemStorage,
     slot: Arc<Mutex<Slot>>,
+    counters: Arc<LogCounters>,
 }
 
 #[derive(Default)]
@@ -158,11 +167,12 @@ struct Slot {
 }
 
 impl LogStore {
-    /// A log over `mem`.
-    pub(super) fn new(mem: MemStorage) -> Self {
+    /// A log over `mem`, counting in `counters`.
+    pub(super) fn new(mem: MemStorage, counters: Arc<LogCounters>) -> Self {
         LogStore {
             mem,
             slot: Arc::default(),
+            counters,
         }
     }
 
@@ -199,13 +209,41 @@ impl Storage for LogStore {
         self.mem.last_index()
     }
 
-    /// The kept snapshot if it reaches the kept log; otherwise asks for a
-    /// new one and answers "temporarily unavailable" (raft asks again).
-    fn snapshot(&self, request_index: u64, _to: u64) -> raft::Result<RaftSnapshot> {
+    /// The kept snapshot if it reaches the kept log and its member list
+    /// has member `to`; otherwise asks for a new one and answers
+    /// "temporarily unavailable" (raft asks again). A member added after
+    /// the kept snapshot was built (a second member rejoining as a learner)
+    /// refuses to restore a snapshot that does not list it, and raft would
+    /// send it again and again: it gets a fresh one.
+    fn snapshot(&self, request_index: u64, to: u64) -> raft::Result<RaftSnapshot> {
         let floor = request_index.max(self.mem.first_index()?.saturating_sub(1));
         let mut slot = self.slot.lock();
+        let lists_to = |s: &RaftSnapshot| {
+            let conf = s.get_metadata().get_conf_state();
+            [
+                conf.get_voters(),
+                conf.get_learners(),
+                conf.get_voters_outgoing(),
+                conf.get_learners_next(),
+            ]
+            .iter()
+            .any(|ids| ids.contains(&to))
+        };
         match &slot.ready {
-            Some(s) if s.get_metadata().index >= floor => Ok(s.clone()),
+            Some(s) if s.get_metadata().index >= floor && lists_to(s) => Ok(s.clone()),
+            Some(s) if s.get_metadata().index >= floor => {
+                self.counters.predating.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(
+                    to = %format_args!("{to:x}"),
+                    index = s.get_metadata().index,
+                    "the kept raft snapshot predates this member: building a fresh one"
+                );
+                slot.ready = None;
+                slot.wanted = true;
+                Err(raft::Error::Store(
+                    StorageError::SnapshotTemporarilyUnavailable,
+                ))
+            }
             _ => {
                 slot.wanted = true;
                 Err(raft::Error::Store(

@@ -88,7 +88,8 @@ impl Node {
         hold_writes: bool,
     ) -> std::result::Result<Arc<Node>, String> {
         let id = boot.id;
-        let storage = LogStore::new(saved::storage(&boot));
+        let status = Arc::new(RaftStatus::default());
+        let storage = LogStore::new(saved::storage(&boot), status.log.clone());
         let raft_config = raft::Config {
             id,
             heartbeat_tick: 1,
@@ -127,7 +128,6 @@ impl Node {
         let (to_apply, committed) = queue::unbounded();
         let waiters = Arc::new(Waiters::default());
         let reads = Arc::new(Waiters::default());
-        let status = Arc::new(RaftStatus::default());
         let (base, base_term) = boot.resume.unwrap_or((0, 0));
         status.applied.store(base, Ordering::Relaxed);
         let applied = Arc::new(watch::channel(base).0);

@@ -111,6 +111,30 @@ impl Node {
         if !self.connected_fully(&m) {
             return Err(Error::Unhealthy);
         }
+        self.add_member(&m, peer_urls, is_learner).await
+    }
+
+    /// The learner a member restarted without its state rejoins as
+    /// (`rejoin.rs`): MemberAdd without etcd's health check, which guards
+    /// the active quorum, and a learner never counts for it. Waiting for
+    /// every voter to have answered for five seconds held a rejoin back
+    /// after every election and every other rejoin.
+    pub(super) async fn add_rejoining_learner(
+        &self,
+        peer_urls: Vec<String>,
+    ) -> Result<(MemberInfo, Membership)> {
+        check_urls(&peer_urls)?;
+        let m = self.membership();
+        self.add_member(&m, peer_urls, true).await
+    }
+
+    /// Proposes the addition of `peer_urls` under a new ID, once checked.
+    async fn add_member(
+        &self,
+        m: &Membership,
+        peer_urls: Vec<String>,
+        is_learner: bool,
+    ) -> Result<(MemberInfo, Membership)> {
         // etcd's rule: the ID hashes the peer URLs, the cluster and the
         // second (so the same URLs added twice in one second get the same
         // ID, and `member ID already exist`).

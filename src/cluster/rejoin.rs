@@ -209,16 +209,15 @@ pub(super) async fn serve(node: &Node, req: RejoinRequest) -> Result<JoinRespons
         )));
     }
     let status = |e: Error| crate::grpc_status::status(e);
-    // What MemberAdd will check after the removal, checked before it, so
-    // a refusal changes nothing (a removal without the addition would
-    // leave the member to be added by hand).
+    // What the addition will check after the removal, checked before it,
+    // so a refusal changes nothing (a removal without the addition would
+    // leave the member to be added by hand). Not etcd's health check: the
+    // removed member is down, and a learner never counts for the quorum
+    // (`Node::add_rejoining_learner`).
     let mut after_removal = m.clone();
     after_removal.apply(&Change::Remove(old)).map_err(status)?;
     if after_removal.members().any(|x| x.is_learner) {
         return Err(status(Error::TooManyLearners));
-    }
-    if !node.connected_fully(&after_removal) {
-        return Err(status(Error::Unhealthy));
     }
     node.member_remove(old).await.map_err(status)?;
     add_learner(node, &after_removal, old, req.peer_urls).await
@@ -235,7 +234,10 @@ async fn add_learner(
     if membership.members().any(|x| x.is_learner) {
         return Err(status(Error::TooManyLearners));
     }
-    let (added, after) = node.member_add(peer_urls, true).await.map_err(status)?;
+    let (added, after) = node
+        .add_rejoining_learner(peer_urls)
+        .await
+        .map_err(status)?;
     tracing::info!(
         old_member_id = %format_args!("{old:x}"),
         member_id = %format_args!("{:x}", added.id),
