@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Checks that third_party/h2 is the crates.io release of h2 named in its
-# Cargo.toml plus exactly third_party/h2/ephd-authority.patch, nothing else
+# Cargo.toml plus exactly third_party/h2/ephd.patch, nothing else
 # (third_party/h2/EPHD-PATCH.md says why the patch exists).
 #
 # It fetches the pristine release with `cargo vendor` into a temporary
@@ -13,7 +13,7 @@ set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 vendored="$root/third_party/h2"
-patch_file="$vendored/ephd-authority.patch"
+patch_file="$vendored/ephd.patch"
 version=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$vendored/Cargo.toml" | head -n 1)
 [ -n "$version" ] || { echo "no version in $vendored/Cargo.toml" >&2; exit 1; }
 
@@ -46,10 +46,10 @@ cp -r "$pristine" "$tmp/expected"
 # Packaging files of crates.io and cargo vendor (which also drops the
 # crate's .gitignore), and the two ephd files.
 excludes=(-x .cargo-checksum.json -x .cargo_vcs_info.json -x .cargo-ok -x Cargo.lock
-    -x .gitignore -x target -x EPHD-PATCH.md -x ephd-authority.patch)
+    -x .gitignore -x target -x EPHD-PATCH.md -x ephd.patch)
 if diff -r "${excludes[@]}" "$tmp/expected" "$vendored"; then
-    echo "third_party/h2 is h2 $version plus ephd-authority.patch, nothing else"
+    echo "third_party/h2 is h2 $version plus ephd.patch, nothing else"
 else
-    echo "third_party/h2 differs from h2 $version plus ephd-authority.patch (above)" >&2
+    echo "third_party/h2 differs from h2 $version plus ephd.patch (above)" >&2
     exit 1
 fi

@@ -18,6 +18,8 @@
 #   - cargo clippy --workspace --all-targets -- -D warnings
 #   - RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace (doc links
 #     that resolve to nothing or to private items fail it)
+#   - scripts/check-h2-patch.sh (third_party/h2 is h2's release plus
+#     third_party/h2/ephd.patch, nothing else)
 # Extra arguments are passed to `cargo test`, e.g. `scripts/test.sh --test it`.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -74,6 +76,7 @@ done
 gate fmt cargo fmt --all -- --check
 gate clippy cargo clippy --workspace --all-targets -- -D warnings
 gate doc env RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --quiet
+gate h2-patch bash scripts/check-h2-patch.sh
 
 if [ "$#" -gt 0 ]; then
   cargo test "$@"

@@ -73,3 +73,4 @@ mod tls;
 mod tls_ca_required;
 mod tls_rotation;
 mod watch;
+mod watch_burst;

@@ -101,7 +101,16 @@ impl DataFrameBudget {
             Self::Configured(budget) => budget,
             Self::Auto => {
                 let window = connection_window.unwrap_or(DEFAULT_INITIAL_WINDOW_SIZE);
-                let budget = window as usize / 2;
+                // EPHD PATCH: sixteen times the window, not half of it.
+                // gRPC clients (Go's among them) write each message in a
+                // DATA frame of its own, and a burst of small requests
+                // (thousands of watch creates pipelined on one stream)
+                // buffered before the server reads them used up half a
+                // window's budget with a few hundred frames, and the
+                // connection was closed. Sixteen windows let the window
+                // fill with messages of 35 bytes or more before the budget
+                // runs out, so flow control holds such a client back first.
+                let budget = (window as usize).saturating_mul(16);
 
                 budget.max(DEFAULT_DATA_FRAME_BUDGET)
             }
@@ -697,13 +706,13 @@ mod tests {
     fn auto_data_frame_budget_scales_with_connection_window() {
         assert_eq!(
             DataFrameBudget::Auto.resolve(None),
-            DEFAULT_INITIAL_WINDOW_SIZE as usize / 2
+            DEFAULT_INITIAL_WINDOW_SIZE as usize * 16
         );
         assert_eq!(
             DataFrameBudget::Auto.resolve(Some(DEFAULT_INITIAL_WINDOW_SIZE)),
-            DEFAULT_INITIAL_WINDOW_SIZE as usize / 2
+            DEFAULT_INITIAL_WINDOW_SIZE as usize * 16
         );
-        assert_eq!(DataFrameBudget::Auto.resolve(Some(1024 * 1024)), 512 * 1024);
+        assert_eq!(DataFrameBudget::Auto.resolve(Some(1024 * 1024)), 16 * 1024 * 1024);
     }
 
     #[test]
@@ -714,7 +723,7 @@ mod tests {
         );
         assert_eq!(
             DataFrameBudget::Auto.resolve(Some(MAX_WINDOW_SIZE)),
-            MAX_WINDOW_SIZE as usize / 2
+            MAX_WINDOW_SIZE as usize * 16
         );
     }
 

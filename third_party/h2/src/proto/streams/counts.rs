@@ -441,7 +441,7 @@ mod tests {
             },
         );
         auto.set_target_connection_window_size(1024 * 1024);
-        assert_eq!(auto.data_frame_budget.max, 512 * 1024);
+        assert_eq!(auto.data_frame_budget.max, 16 * 1024 * 1024);
         for _ in 0..1_000 {
             auto.record_data_frame(171).unwrap();
         }
