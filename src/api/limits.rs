@@ -1,9 +1,13 @@
-//! Size-limit errors as etcd's clients know them.
+//! Size-limit and truncated-body errors as etcd's clients know them.
 //!
 //! tonic refuses a received message over the decoding limit with
 //! `OutOfRange` "Error, decoded message length too large: …"; grpc-go, and
 //! so etcd, answers `ResourceExhausted` "grpc: received message larger than
-//! max (N vs. M)". Unary calls get the rewrite from [`GrpcGoLimits`], a
+//! max (N vs. M)". A request body that ends before its message does (empty,
+//! or cut inside the 5-byte prefix or the message) is `Internal` "Missing
+//! request message." or "Unexpected EOF decoding stream." from tonic, and
+//! `Unknown` "EOF" or "unexpected EOF" from grpc-go: Go's `io.EOF` and
+//! `io.ErrUnexpectedEOF` as a status. Unary calls get the rewrite from [`GrpcGoLimits`], a
 //! layer over the router (their error travels in the response headers);
 //! streams rewrite the error their inbound side returns with
 //! [`as_grpc_go`] before ending with it.
@@ -14,12 +18,22 @@ use tonic::codegen::http;
 /// The start of tonic's message for an oversized received message.
 const TONIC_TOO_LARGE: &str = "Error, decoded message length too large: found ";
 
+/// tonic's message for a request body that ended before its message.
+const TONIC_MISSING: &str = "Missing request message.";
+/// tonic's message for a body cut inside a message or its prefix.
+const TONIC_TRUNCATED: &str = "Unexpected EOF decoding stream.";
+
 /// `status` as grpc-go would have reported it: oversized messages become
-/// `ResourceExhausted` with grpc-go's text; anything else is unchanged.
+/// `ResourceExhausted` with grpc-go's text, truncated bodies `Unknown`
+/// "EOF" or "unexpected EOF"; anything else is unchanged.
 pub(crate) fn as_grpc_go(status: tonic::Status) -> tonic::Status {
-    match too_large(&status) {
-        Some((found, limit)) => tonic::Status::resource_exhausted(message_too_large(found, limit)),
-        None => status,
+    if let Some((found, limit)) = too_large(&status) {
+        return tonic::Status::resource_exhausted(message_too_large(found, limit));
+    }
+    match (status.code(), status.message()) {
+        (tonic::Code::Internal, TONIC_MISSING) => tonic::Status::unknown("EOF"),
+        (tonic::Code::Internal, TONIC_TRUNCATED) => tonic::Status::unknown("unexpected EOF"),
+        _ => status,
     }
 }
 
@@ -34,9 +48,9 @@ fn too_large(status: &tonic::Status) -> Option<(usize, usize)> {
     Some((found.parse().ok()?, limit.parse().ok()?))
 }
 
-/// Rewrites unary responses whose status is tonic's oversized-message
-/// error (see the module docs). Cheap for every other response: one header
-/// lookup.
+/// Rewrites unary responses whose status is tonic's oversized-message or
+/// truncated-body error (see the module docs). Cheap for every other
+/// response: one header lookup.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct GrpcGoLimits;
 
@@ -51,16 +65,18 @@ impl<S> tower::Layer<S> for GrpcGoLimits {
 type HttpResponse = http::Response<tonic::body::Body>;
 
 fn rewrite(mut resp: HttpResponse) -> HttpResponse {
-    let out_of_range = resp
+    // OutOfRange (11) or Internal (13): the only codes rewritten.
+    let rewritable = resp
         .headers()
         .get("grpc-status")
-        .is_some_and(|v| v.as_bytes() == b"11");
-    if !out_of_range {
+        .is_some_and(|v| v.as_bytes() == b"11" || v.as_bytes() == b"13");
+    if !rewritable {
         return resp;
     }
     if let Some(status) = tonic::Status::from_header_map(resp.headers()) {
-        if too_large(&status).is_some() {
-            let _ = as_grpc_go(status).add_header(resp.headers_mut());
+        let go = as_grpc_go(status.clone());
+        if go.code() != status.code() {
+            let _ = go.add_header(resp.headers_mut());
         }
     }
     resp
@@ -102,5 +118,23 @@ mod tests {
         );
         let ok = http::Response::new(tonic::body::Body::empty());
         assert!(rewrite(ok).headers().is_empty());
+    }
+
+    #[test]
+    fn truncated_bodies_answer_as_grpc_go_does() {
+        for (tonic_text, go_text) in [
+            ("Missing request message.", "EOF"),
+            ("Unexpected EOF decoding stream.", "unexpected EOF"),
+        ] {
+            let resp = rewrite(tonic::Status::internal(tonic_text).into_http());
+            let seen = tonic::Status::from_header_map(resp.headers()).unwrap();
+            assert_eq!(
+                (seen.code(), seen.message()),
+                (tonic::Code::Unknown, go_text)
+            );
+        }
+        let other = rewrite(tonic::Status::internal("etcdserver: corrupt cluster").into_http());
+        let seen = tonic::Status::from_header_map(other.headers()).unwrap();
+        assert_eq!(seen.code(), tonic::Code::Internal);
     }
 }

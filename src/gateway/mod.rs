@@ -63,7 +63,10 @@ pub fn client_routes(grpc: tonic::service::Routes, shared: &Shared) -> tonic::se
         }
     }
     let http = http.layer(axum::middleware::map_response(cors));
-    let router = grpc.into_axum_router().merge(http).fallback(not_found);
+    let grpc = grpc
+        .into_axum_router()
+        .layer(axum::middleware::from_fn(grpc_only));
+    let router = grpc.merge(http).fallback(not_found);
     tonic::service::Routes::from(router)
 }
 
@@ -101,6 +104,23 @@ fn text(status: StatusCode, body: &'static str) -> Response {
         body,
     )
         .into_response()
+}
+
+/// The gRPC services' paths answer gRPC requests only: HTTP/2 with a gRPC
+/// content type. Anything else on those paths (an HTTP/1.1 POST, a plain
+/// HTTP/2 request) gets the 404 of etcd's HTTP handler, which serves every
+/// request that is not gRPC.
+async fn grpc_only(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let grpc = req.version() == axum::http::Version::HTTP_2
+        && req
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
+    if grpc {
+        next.run(req).await
+    } else {
+        cors(text(StatusCode::NOT_FOUND, "404 page not found\n")).await
+    }
 }
 
 /// Any other path: a gRPC request gets Unimplemented, as from tonic; an

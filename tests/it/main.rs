@@ -47,6 +47,7 @@ mod exposure;
 mod gateway;
 mod go_client;
 mod harness;
+mod incomplete_calls;
 mod kubernetes;
 mod kv;
 mod layout;
