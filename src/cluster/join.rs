@@ -589,13 +589,22 @@ impl MembershipRpc for MembershipService {
             .filter(|_| same)
             .map_or(0, |x| x.id);
         let urls_member_started = urls_member != 0 && self.has_run(urls_member, &m).await;
+        let asker_started = same && self.has_run(req.member_id, &m).await;
+        // The member this one follows as leader asks while starting: it
+        // restarted without its state and leads no more.
+        let leader = status.leader().unwrap_or(0);
+        for restarted in [req.member_id, urls_member] {
+            if restarted != 0 && restarted == leader && (asker_started || urls_member_started) {
+                let _ = self.node.send(super::input::Input::LeaderGone(leader));
+            }
+        }
         Ok(Response::new(ProbeResponse {
             token: self.node.members().token.clone(),
             cluster_id: self.node.cluster_id(),
             member_id: self.node.id(),
             leader: status.leader().unwrap_or(0),
             committed: status.committed(),
-            asker_started: same && self.has_run(req.member_id, &m).await,
+            asker_started,
             asker_removed: same && m.is_removed(req.member_id),
             term: status.term(),
             revision: self.store.current_revision(),

@@ -142,6 +142,7 @@ pub(super) fn take(
         | Input::Stop
         | Input::Save(_)
         | Input::TransferLeader(_)
+        | Input::LeaderGone(_)
         | Input::SnapshotBuilt { .. }
         | Input::SnapshotStatus { .. } => {
             unreachable!("handled by the raft loop")

@@ -262,8 +262,12 @@ pub(super) fn promote_when_caught_up(node: &Arc<Node>) {
     let pause = node.election_timeout();
     tokio::spawn(async move {
         let mut refusals = 0u64;
+        // Asked soon after the start (a learner that caught up from a
+        // small log is ready within a round or two), then less often.
+        let mut wait = pause / 20;
         loop {
-            tokio::time::sleep(pause / 2).await;
+            tokio::time::sleep(wait).await;
+            wait = (wait * 2).min(pause / 2);
             let Some(node) = weak.upgrade() else { return };
             // Raft drops a conf change proposed while another is pending
             // (this member publishing itself), and nothing says so: ask

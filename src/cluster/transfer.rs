@@ -1,6 +1,8 @@
 //! The Raft thread's side of a leadership transfer (MoveLeader, the
-//! hand-over on SIGTERM: `leadership.rs`).
+//! hand-over on SIGTERM: `leadership.rs`), and of the election a follower
+//! starts at once when its leader is known to be gone.
 
+use raft::eraftpb::{Message, MessageType};
 use raft::{RawNode, StateRole};
 
 /// On the Raft thread: starts a leader transfer to `to`, or to the voter
@@ -26,5 +28,44 @@ pub(super) fn start<S: raft::Storage>(raw: &mut RawNode<S>, to: Option<u64>) {
             "transferring leadership"
         );
         raw.transfer_leader(target);
+    }
+}
+
+/// On the Raft thread: the leader `gone` restarted without its state (it
+/// probed this member while starting, `join.rs`), so it leads no more and
+/// waiting out the election timeout only delays its rejoin. The surviving
+/// voter with the lowest ID campaigns at once, as the target of a leader
+/// transfer does: the other voters grant it even though they heard from
+/// `gone` within the timeout (and refuse it if its log is behind theirs,
+/// which leaves the election to the timeout as before). One survivor only,
+/// so that two do not split the vote.
+pub(super) fn leader_gone<S: raft::Storage>(raw: &mut RawNode<S>, gone: u64) {
+    let r = &raw.raft;
+    if r.state != StateRole::Follower || r.leader_id != gone {
+        return;
+    }
+    let me = r.id;
+    let lowest = r
+        .prs()
+        .conf()
+        .voters()
+        .ids()
+        .iter()
+        .filter(|id| *id != gone)
+        .min();
+    if lowest != Some(me) {
+        return;
+    }
+    tracing::info!(
+        gone = %format_args!("{gone:x}"),
+        "the leader restarted without its state: campaigning at once"
+    );
+    let mut m = Message::default();
+    m.set_msg_type(MessageType::MsgTimeoutNow);
+    m.from = gone;
+    m.to = me;
+    m.term = r.term;
+    if let Err(e) = raw.step(m) {
+        tracing::debug!(error = %e, "prompt campaign refused");
     }
 }
