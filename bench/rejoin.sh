@@ -108,7 +108,7 @@ leader_of() { # system: the index of its leader
   local i
   for i in 0 1 2; do
     if ctl --endpoints="$(endpoint "$1" "$i")" endpoint status -w json 2>/dev/null |
-      python3 -c 'import json,sys; s=json.load(sys.stdin)[0]["Status"]; sys.exit(0 if s["leader"]==s["header"]["member_id"] else 1)'; then
+      python3 -c 'import json,sys; s=json.load(sys.stdin)[0]["Status"]; sys.exit(0 if s.get("leader")==s["header"]["member_id"] else 1)'; then
       echo "$i"
       return 0
     fi
