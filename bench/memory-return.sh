@@ -176,7 +176,7 @@ if os.path.exists(f"{out}/compact.rss"):
     print(f"| delete all + compaction | 0 | {fmt(rss[0][1])} | {fmt(at(rss, m['deleting']))} | {fmt(hwm(rss, m['idle2']))} | "
           + " | ".join(fmt(at(rss, m["idle2"] + d)) for d in (10, 30, 60)) + " |")
 print()
-print("Data held: Status dbSize (keys and values) after the burst. RSS empty: the")
+print("Data held: Status dbSize (etcd's database measure) after the burst. RSS empty: the")
 print("fresh server. RSS before: just before the burst (for the list storm, holding one of its")
 print("two prefixes, at rest);")
 print("the compaction rows' \"before\" is with all history held. Idle times count")

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Accounted memory (what --quota-backend-bytes limits and Status reports as
-# dbSize) against the real memory it stands for: ephd's RSS growth.
+# Accounted memory (what the stored data's memory bound limits, exported as
+# ephd_store_memory_bytes) against the real memory it stands for: ephd's RSS
+# growth.
 #
 # For each shape it starts a fresh release ephd on loopback (quota off, so
 # nothing is refused), loads it with ephd-bench, and prints one Markdown row:
@@ -50,8 +51,10 @@ for shape in lease event history; do
   esac
   sleep 2
   rss=$(rss_kb "$PID")
-  db=$(ETCDCTL_API=3 etcdctl --endpoints="127.0.0.1:$PORT" endpoint status -w json |
-    python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["Status"]["dbSize"])')
+  db=$(python3 -c '
+import sys, urllib.request
+text = urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics", timeout=10).read().decode()
+print(next(l.split()[1] for l in text.splitlines() if l.startswith("ephd_store_memory_bytes ")))' "$PORT")
   python3 - "$shape" "$N" "$base" "$rss" "$db" <<'PY'
 import sys
 shape, n, base, rss, db = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])

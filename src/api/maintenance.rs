@@ -76,8 +76,8 @@ impl Maintenance for MaintenanceService {
         Ok(Response::new(pb::StatusResponse {
             header: info.header(store.current_revision()),
             version: ETCD_VERSION.to_string(),
-            db_size: stats.memory_bytes(),
-            db_size_in_use: stats.memory_in_use(),
+            db_size: stats.backend_bytes(),
+            db_size_in_use: stats.backend_in_use(),
             leader,
             raft_index,
             raft_term,

@@ -42,6 +42,11 @@ pub struct Metrics {
     /// The space quota (`etcd_server_quota_backend_bytes`), set at startup;
     /// -1 when the quota is off.
     pub quota_backend_bytes: IntGauge,
+    /// The stored data's memory bound (`ephd_store_memory_bound_bytes`), set
+    /// at startup; -1 when off.
+    pub memory_bound_bytes: IntGauge,
+    /// `ephd_store_memory_bytes`: the accounted memory the bound limits.
+    memory_bytes: IntGauge,
     /// Range requests shed with "too many requests"
     /// (`ephd_shed_requests_total`).
     pub shed_total: IntCounter,
@@ -217,7 +222,17 @@ impl Metrics {
             quota_backend_bytes: gauge(
                 &r,
                 "etcd_server_quota_backend_bytes",
-                "Space quota in bytes of accounted memory (-1: off).",
+                "Space quota in bytes of etcd's backend measure (-1: off).",
+            ),
+            memory_bound_bytes: gauge(
+                &r,
+                "ephd_store_memory_bound_bytes",
+                "Memory bound of the stored data, in bytes of accounted memory (-1: off).",
+            ),
+            memory_bytes: gauge(
+                &r,
+                "ephd_store_memory_bytes",
+                "Accounted memory of keys, values and versions held, with history.",
             ),
             shed_total: counter(
                 &r,
@@ -227,12 +242,12 @@ impl Metrics {
             db_total: gauge(
                 &r,
                 "etcd_mvcc_db_total_size_in_bytes",
-                "Accounted memory of keys, values and versions held, with history.",
+                "What the versions held, with history, would take in etcd's backend.",
             ),
             db_in_use: gauge(
                 &r,
                 "etcd_mvcc_db_total_size_in_use_in_bytes",
-                "Accounted memory of the newest live keys and values.",
+                "What the newest live versions would take in etcd's backend.",
             ),
             keys: gauge(
                 &r,
@@ -288,8 +303,9 @@ impl Metrics {
     /// Renders every metric in Prometheus' text format.
     pub fn render(&self, store: &Store) -> String {
         let stats = store.stats();
-        self.db_total.set(stats.memory_bytes());
-        self.db_in_use.set(stats.memory_in_use());
+        self.db_total.set(stats.backend_bytes());
+        self.db_in_use.set(stats.backend_in_use());
+        self.memory_bytes.set(stats.memory_bytes());
         self.keys.set(stats.live_keys.load(Ordering::Relaxed));
         self.current_rev.set(store.current_revision());
         self.compact_rev.set(store.compacted_revision().max(0));

@@ -102,28 +102,15 @@ impl Alarms {
     }
 }
 
-/// What a put costs the space quota: its key and value plus the overhead
-/// of the version it adds.
+/// What a put adds to the accounted memory: its key and value plus the
+/// overhead of the version it adds.
 pub(crate) fn put_cost(req: &PutRequest) -> i64 {
     (req.key.len() + req.value.len()) as i64 + super::stats::VERSION_OVERHEAD
 }
 
-/// What a lease grant costs the space quota (its table entry).
+/// What a lease grant costs the quota and the memory bound (its table
+/// entry; etcd's lease overhead).
 pub(crate) const LEASE_COST: i64 = 64;
-
-/// What a txn costs the space quota: the puts at the top level of its
-/// costlier branch, as etcd counts.
-pub(crate) fn txn_cost(req: &TxnRequest) -> i64 {
-    let branch = |ops: &[RequestOp]| -> i64 {
-        ops.iter()
-            .map(|op| match op {
-                RequestOp::Put(p) => put_cost(p),
-                _ => 0,
-            })
-            .sum()
-    };
-    branch(&req.success).max(branch(&req.failure))
-}
 
 /// Whether a txn takes space in etcd's accounting: a put at the top level
 /// of either branch (etcd's quota looks no deeper).

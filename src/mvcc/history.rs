@@ -48,13 +48,33 @@ pub(crate) fn push(versions: &mut History, version: Version) {
     versions.push(version);
 }
 
+/// The bytes `version` would take in etcd's backend (`backend_size.rs`).
+pub(crate) fn backend_bytes(version: &Version) -> i64 {
+    version
+        .kv
+        .as_ref()
+        .map_or(super::backend_size::TOMBSTONE, |kv| {
+            super::backend_size::version(kv_bytes(kv))
+        })
+}
+
+/// What a compaction freed in one history.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Freed {
+    /// Key and value bytes.
+    pub kv_bytes: i64,
+    /// Versions removed, tombstones included.
+    pub versions: i64,
+    /// Their bytes in etcd's backend measure.
+    pub backend_bytes: i64,
+}
+
 /// Compaction at `rev`: removes every version below `rev` except the newest
 /// one at or below it, and that one too if it is a tombstone (nobody can
-/// read a deleted key at or after `rev`). Returns the key and value bytes
-/// freed and the number of versions removed.
-pub(crate) fn prune(versions: &mut History, rev: i64) -> (i64, i64) {
+/// read a deleted key at or after `rev`). Returns what it freed.
+pub(crate) fn prune(versions: &mut History, rev: i64) -> Freed {
     let Some(keep_from) = versions.iter().rposition(|v| v.rev <= rev) else {
-        return (0, 0);
+        return Freed::default();
     };
     let drop_to = if versions[keep_from].kv.is_none() {
         keep_from + 1
@@ -62,17 +82,22 @@ pub(crate) fn prune(versions: &mut History, rev: i64) -> (i64, i64) {
         keep_from
     };
     if drop_to == 0 {
-        return (0, 0);
+        return Freed::default();
     }
-    let freed = versions[..drop_to]
-        .iter()
-        .filter_map(|v| v.kv.as_ref().map(|kv| kv_bytes(kv)))
-        .sum();
+    let dropped = &versions[..drop_to];
+    let freed = Freed {
+        kv_bytes: dropped
+            .iter()
+            .filter_map(|v| v.kv.as_ref().map(|kv| kv_bytes(kv)))
+            .sum(),
+        versions: drop_to as i64,
+        backend_bytes: dropped.iter().map(backend_bytes).sum(),
+    };
     versions.drain(..drop_to);
     if versions.capacity() > 2 * versions.len() + 1 {
         versions.shrink_to_fit();
     }
-    (freed, drop_to as i64)
+    freed
 }
 
 #[cfg(test)]
@@ -116,7 +141,13 @@ mod tests {
     #[test]
     fn prune_keeps_the_newest_version_at_or_below_the_compaction() {
         let mut h: History = smallvec::smallvec![v(2, true), v(4, true), v(6, true)];
-        assert_eq!(prune(&mut h, 5), (4, 1), "one version of k=val freed");
+        let freed = prune(&mut h, 5);
+        assert_eq!(
+            (freed.kv_bytes, freed.versions),
+            (4, 1),
+            "one version of k=val freed"
+        );
+        assert_eq!(freed.backend_bytes, backend_bytes(&v(2, true)));
         assert_eq!(revs(&h), vec![4, 6]);
         // Reads at and above the compaction are unchanged.
         assert_eq!(visible(&h, 5).unwrap().mod_revision, 4);
@@ -126,7 +157,16 @@ mod tests {
     #[test]
     fn prune_drops_a_tombstone_at_or_below_the_compaction() {
         let mut h: History = smallvec::smallvec![v(2, true), v(4, false)];
-        assert_eq!(prune(&mut h, 5), (4, 2), "the version and its tombstone");
+        let freed = prune(&mut h, 5);
+        assert_eq!(
+            (freed.kv_bytes, freed.versions),
+            (4, 2),
+            "the version and its tombstone"
+        );
+        assert_eq!(
+            freed.backend_bytes,
+            backend_bytes(&v(2, true)) + super::super::backend_size::TOMBSTONE
+        );
         assert!(h.is_empty(), "a deleted key leaves no history");
         let mut h: History = smallvec::smallvec![v(2, true), v(4, false), v(7, true)];
         prune(&mut h, 4);
@@ -136,12 +176,12 @@ mod tests {
     #[test]
     fn prune_leaves_histories_entirely_above_the_compaction() {
         let mut h: History = smallvec::smallvec![v(7, true), v(8, false)];
-        assert_eq!(prune(&mut h, 5), (0, 0));
+        assert_eq!(prune(&mut h, 5), Freed::default());
         assert_eq!(revs(&h), vec![7, 8]);
         let mut h: History = smallvec::smallvec![v(5, true)];
         assert_eq!(
             prune(&mut h, 5),
-            (0, 0),
+            Freed::default(),
             "the newest version at the revision stays"
         );
         assert_eq!(revs(&h), vec![5]);

@@ -138,6 +138,8 @@ impl Store {
             stats.live_bytes.store(0, Ordering::Relaxed);
             stats.live_keys.store(0, Ordering::Relaxed);
             stats.versions.store(0, Ordering::Relaxed);
+            stats.backend_total.store(0, Ordering::Relaxed);
+            stats.backend_live.store(0, Ordering::Relaxed);
             stats
                 .applied_index
                 .store(image.applied_count, Ordering::Relaxed);

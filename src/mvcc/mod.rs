@@ -6,6 +6,7 @@
 //! Dependencies run one way, from the bottom up:
 //! ```text
 //! types, entry        plain request/response data; Entry/Applied
+//! backend_size        a version's bytes in etcd's backend, for the quota
 //! history             one key's versions: visibility, pruning
 //! index               every key's history, ordered and hashed
 //! log, sequencer      the change log; revisions allocated and published in order
@@ -29,6 +30,7 @@
 mod alarms;
 mod apply;
 mod authorize;
+mod backend_size;
 mod chunk;
 mod compact;
 mod compare;

@@ -1,5 +1,7 @@
-//! The space quota (`--quota-backend-bytes`), checked before a write is
-//! applied or proposed, never while it is applied.
+//! The space quota (`--quota-backend-bytes`, counted as etcd counts its
+//! backend: `backend_size.rs`) and the memory bound (the stored data's
+//! share of the memory limit, in accounted memory), checked before a write
+//! is applied or proposed, never while it is applied.
 //!
 //! As in etcd, the member that receives a write decides with its own flag
 //! and its own accounting whether the write fits. When it does not, that
@@ -11,47 +13,79 @@
 //! others'.
 
 use super::alarms;
+use super::backend_size;
 use super::entry::Entry;
 use super::store::Store;
-use super::types::AlarmAction;
+use super::types::{AlarmAction, PutRequest, RequestOp};
 use crate::error::{Error, Result};
 
-/// What `entry` costs the space quota; 0 for entries that take no space
-/// (deletes, revokes, read-only txns), which always pass.
-pub fn space_cost(entry: &Entry) -> i64 {
+/// What `entry` costs, each put priced by `put`: the puts of a put or of
+/// a txn's costlier branch (top level only, as etcd counts), a lease
+/// grant's table entry; 0 for entries that take no space (deletes,
+/// revokes, read-only txns), which always pass.
+fn cost(entry: &Entry, put: &dyn Fn(&PutRequest) -> i64) -> i64 {
+    let branch = |ops: &[RequestOp]| -> i64 {
+        ops.iter()
+            .map(|op| match op {
+                RequestOp::Put(p) => put(p),
+                _ => 0,
+            })
+            .sum()
+    };
     match entry {
-        Entry::Put(req) => alarms::put_cost(req),
-        Entry::Txn(req) if alarms::txn_takes_space(req) => alarms::txn_cost(req),
+        Entry::Put(req) => put(req),
+        Entry::Txn(req) if alarms::txn_takes_space(req) => {
+            branch(&req.success).max(branch(&req.failure))
+        }
         Entry::LeaseGrant { .. } => alarms::LEASE_COST,
-        Entry::Authorized { entry, .. } => space_cost(entry),
+        Entry::Authorized { entry, .. } => cost(entry, put),
         _ => 0,
     }
 }
 
+/// What `entry` adds to the accounted memory ([`super::Stats::memory_bytes`]).
+pub fn space_cost(entry: &Entry) -> i64 {
+    cost(entry, &alarms::put_cost)
+}
+
+/// What etcd's quota charges `entry` in its backend measure
+/// ([`super::Stats::backend_bytes`]).
+fn backend_cost(entry: &Entry) -> i64 {
+    cost(entry, &|p| {
+        backend_size::put_cost((p.key.len() + p.value.len()) as i64)
+    })
+}
+
 impl Store {
-    /// Whether `entry` would bring the accounted memory above this member's
-    /// own quota (its `--quota-backend-bytes`, whatever a leader
-    /// replicated).
+    /// Whether `entry` does not fit this member's own limits (its flags,
+    /// whatever a leader replicated): the space quota, counted as etcd
+    /// counts its backend (etcd's rule: the size plus the write's cost
+    /// must stay below the quota), or the memory bound, counted in
+    /// accounted memory.
     pub fn over_quota(&self, entry: &Entry) -> bool {
-        let Some(quota) = self.config().quota_bytes else {
-            return false;
-        };
-        let cost = space_cost(entry);
-        if cost == 0 {
-            return false;
-        }
-        self.stats().memory_bytes() + cost > quota
+        let (config, stats) = (self.config(), self.stats());
+        let over_quota = config.quota_bytes.is_some_and(|quota| {
+            let cost = backend_cost(entry);
+            cost > 0 && stats.backend_bytes() + cost >= quota
+        });
+        let over_memory = config.memory_bound_bytes.is_some_and(|bound| {
+            let cost = space_cost(entry);
+            cost > 0 && stats.memory_bytes() + cost > bound
+        });
+        over_quota || over_memory
     }
 
     /// Logs that this member raises NOSPACE (once per raise, not per
     /// refused write).
     pub fn log_nospace_raised(&self) {
         tracing::warn!(
-            used_bytes = self.stats().memory_bytes(),
+            db_size = self.stats().backend_bytes(),
             quota_bytes = self.config().quota_bytes,
+            memory_bytes = self.stats().memory_bytes(),
+            memory_bound_bytes = self.config().memory_bound_bytes,
             member_id = self.config().member_id,
-            "space quota reached: raising the NOSPACE alarm; writes that take space fail \
-             until space is freed (delete, compact) and the alarm is disarmed"
+            "space quota or memory bound reached: raising the NOSPACE alarm; writes that take \
+             space fail until space is freed (delete, compact) and the alarm is disarmed"
         );
     }
 

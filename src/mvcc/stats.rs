@@ -1,12 +1,17 @@
 //! Size and apply counters, kept as versions come and go; what
 //! Maintenance.Status, the metrics and the space quota read.
 //!
-//! The quota's measure is [`Stats::memory_bytes`]: the key and value bytes
-//! of every retained version plus a fixed [`VERSION_OVERHEAD`] for each
-//! version (deletion tombstones included). It is a function of the store's
-//! contents only, never of the allocator's state, so every replica of the
-//! same history computes the same figure and makes the same quota decision.
+//! Two measures of the retained versions (deletion tombstones included),
+//! both functions of the store's contents only, never of the allocator's
+//! state:
+//! * [`Stats::memory_bytes`]: the key and value bytes plus a fixed
+//!   [`VERSION_OVERHEAD`] per version, about what they take in memory; the
+//!   memory bound limits it.
+//! * [`Stats::backend_bytes`]: what they would take in etcd's bbolt file
+//!   (`backend_size.rs`); `--quota-backend-bytes` limits it, and Status
+//!   and the metrics report it as the DB size, as etcd does.
 
+use super::backend_size;
 use super::history::{self, kv_bytes, History, Version};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
@@ -30,6 +35,10 @@ pub struct Stats {
     pub live_keys: AtomicI64,
     /// Retained versions, tombstones included.
     pub versions: AtomicI64,
+    /// etcd's backend bytes of every retained version.
+    pub backend_total: AtomicI64,
+    /// etcd's backend bytes of the newest live versions.
+    pub backend_live: AtomicI64,
     /// Applied mutating requests (etcd's raft index analogue).
     pub applied_index: AtomicU64,
 }
@@ -42,6 +51,11 @@ impl Stats {
         if let Some(n) = new_live {
             self.total_bytes.fetch_add(n, Ordering::Relaxed);
         }
+        self.backend_total
+            .fetch_add(history::backend_bytes(&version), Ordering::Relaxed);
+        let backend = |kv: Option<i64>| kv.map_or(0, backend_size::version);
+        self.backend_live
+            .fetch_add(backend(new_live) - backend(prev_live), Ordering::Relaxed);
         self.versions.fetch_add(1, Ordering::Relaxed);
         let delta = new_live.unwrap_or(0) - prev_live.unwrap_or(0);
         self.live_bytes.fetch_add(delta, Ordering::Relaxed);
@@ -52,25 +66,40 @@ impl Stats {
 
     /// Compacts one history at `rev` and accounts for the bytes freed.
     pub(crate) fn prune(&self, versions: &mut History, rev: i64) {
-        let (freed, dropped) = history::prune(versions, rev);
-        self.total_bytes.fetch_sub(freed, Ordering::Relaxed);
-        self.versions.fetch_sub(dropped, Ordering::Relaxed);
+        let freed = history::prune(versions, rev);
+        self.total_bytes
+            .fetch_sub(freed.kv_bytes, Ordering::Relaxed);
+        self.versions.fetch_sub(freed.versions, Ordering::Relaxed);
+        self.backend_total
+            .fetch_sub(freed.backend_bytes, Ordering::Relaxed);
     }
 
     /// The store's accounted memory: key and value bytes of every retained
-    /// version plus `VERSION_OVERHEAD` per version. What the space quota
-    /// (`--quota-backend-bytes`) limits and Status reports as `dbSize`.
+    /// version plus `VERSION_OVERHEAD` per version. What the memory bound
+    /// limits.
     pub fn memory_bytes(&self) -> i64 {
         self.total_bytes.load(Ordering::Relaxed)
             + VERSION_OVERHEAD * self.versions.load(Ordering::Relaxed)
     }
 
-    /// The accounted memory of the newest live versions only (Status'
-    /// `dbSizeInUse`): what a compaction at the current revision would
-    /// leave.
+    /// The accounted memory of the newest live versions only: what a
+    /// compaction at the current revision would leave.
     pub fn memory_in_use(&self) -> i64 {
         self.live_bytes.load(Ordering::Relaxed)
             + VERSION_OVERHEAD * self.live_keys.load(Ordering::Relaxed)
+    }
+
+    /// The retained versions' bytes in etcd's backend measure: what
+    /// `--quota-backend-bytes` limits and Status reports as `dbSize`.
+    pub fn backend_bytes(&self) -> i64 {
+        self.backend_total.load(Ordering::Relaxed)
+    }
+
+    /// [`Stats::backend_bytes`] of the newest live versions only (Status'
+    /// `dbSizeInUse`): what a compaction at the current revision would
+    /// leave.
+    pub fn backend_in_use(&self) -> i64 {
+        self.backend_live.load(Ordering::Relaxed)
     }
 
     /// Counts one applied mutating request.

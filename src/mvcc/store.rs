@@ -47,11 +47,14 @@ pub struct StoreConfig {
     /// Lease settings.
     pub lessor: LessorConfig,
     /// The space quota (`--quota-backend-bytes`): a write that takes space
-    /// and would bring [`Stats::memory_bytes`] above it fails with
-    /// "database space exceeded" and raises the NOSPACE alarm. Checked
-    /// before a write is applied or proposed (`quota.rs`), never inside
-    /// the apply path. `None`: no quota.
+    /// and would bring [`Stats::backend_bytes`] (etcd's measure) to it
+    /// fails with "database space exceeded" and raises the NOSPACE alarm.
+    /// Checked before a write is applied or proposed (`quota.rs`), never
+    /// inside the apply path. `None`: no quota.
     pub quota_bytes: Option<i64>,
+    /// The memory bound of the stored data: the same refusal when a write
+    /// would bring [`Stats::memory_bytes`] above it. `None`: no bound.
+    pub memory_bound_bytes: Option<i64>,
     /// The member ID a NOSPACE alarm raised by the quota is recorded under.
     pub member_id: u64,
     /// Auth settings (token TTL, bcrypt cost).
@@ -65,6 +68,7 @@ impl Default for StoreConfig {
             initial_revision: 1,
             lessor: LessorConfig::default(),
             quota_bytes: None,
+            memory_bound_bytes: None,
             member_id: 0,
             auth: crate::auth::AuthConfig::default(),
         }

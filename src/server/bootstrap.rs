@@ -37,6 +37,7 @@
 //! continuity. Without `--data-dir` nothing is known at start; the running
 //! server warns once the key is written (see `revisions.rs`).
 
+use super::memory::SpaceBounds;
 use super::revisions::{
     has_compact_rev_key, start_revision, Known, RevisionGuard, COMPACT_REV_KEY, RESERVE_AHEAD,
     REVISIONS_PER_MS,
@@ -179,7 +180,7 @@ fn report_losses(recovery: &Recovery, prev: Option<RevisionState>, start: i64) {
 pub(super) fn build_store(
     config: &Config,
     wall_ms: i64,
-    quota_bytes: Option<i64>,
+    bounds: SpaceBounds,
 ) -> Result<Boot, String> {
     let continuity = config.revision_continuity;
     let strict = config.strict_restore || !continuity;
@@ -221,7 +222,8 @@ pub(super) fn build_store(
             adopt_unknown_ttl: adopt,
             ..LessorConfig::default()
         },
-        quota_bytes,
+        quota_bytes: bounds.quota_bytes,
+        memory_bound_bytes: bounds.memory_bound_bytes,
         member_id: ServerInfo::new(&config.name, config.advertised_urls()).member_id,
         auth: config.auth.auth_config(),
     });
@@ -302,11 +304,7 @@ pub(super) fn build_store(
 /// revision, which also creates `compact_rev_key`; `initial.rs`).
 /// A member that resumes saved state (`--data-dir` with
 /// `--force-new-cluster`) gets it from [`resume_cluster_store`].
-pub(super) fn build_cluster_store(
-    config: &Config,
-    member_id: u64,
-    quota_bytes: Option<i64>,
-) -> Store {
+pub(super) fn build_cluster_store(config: &Config, member_id: u64, bounds: SpaceBounds) -> Store {
     let adopt = (config.lease_adopt_unknown_ttl > 0).then_some(config.lease_adopt_unknown_ttl);
     Store::new(StoreConfig {
         max_txn_ops: config.max_txn_ops,
@@ -315,7 +313,8 @@ pub(super) fn build_cluster_store(
             adopt_unknown_ttl: adopt,
             ..LessorConfig::default()
         },
-        quota_bytes,
+        quota_bytes: bounds.quota_bytes,
+        memory_bound_bytes: bounds.memory_bound_bytes,
         member_id,
         auth: config.auth.auth_config(),
     })

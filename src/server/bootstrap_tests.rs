@@ -64,7 +64,7 @@ fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
 fn a_clock_stepped_back_does_not_move_the_start_backwards() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(dir.path(), &[]);
-    let a = build_store(&cfg, T, None).unwrap();
+    let a = build_store(&cfg, T, SpaceBounds::default()).unwrap();
     let highest = traffic(&a.store, 100);
     // A crash: no snapshot, only the state file written at start.
     drop(a);
@@ -73,7 +73,7 @@ fn a_clock_stepped_back_does_not_move_the_start_backwards() {
         start_revision(true, &Known::default(), stepped) < highest,
         "the clock alone would go backwards"
     );
-    let b = build_store(&cfg, stepped, None).unwrap();
+    let b = build_store(&cfg, stepped, SpaceBounds::default()).unwrap();
     let start_b = b.store.current_revision();
     assert!(
         start_b > highest,
@@ -85,7 +85,7 @@ fn a_clock_stepped_back_does_not_move_the_start_backwards() {
     let highest_b = traffic(&b.store, 10);
     snapshot(&b.store, dir.path(), stepped);
     fs::remove_file(dir.path().join(persist::STATE_FILE)).unwrap();
-    let c = build_store(&cfg, stepped - HOUR_MS, None).unwrap();
+    let c = build_store(&cfg, stepped - HOUR_MS, SpaceBounds::default()).unwrap();
     assert!(c.store.current_revision() > highest_b);
     assert_eq!(keys(&c.store).len(), 11, "10 events and compact_rev_key");
 }
@@ -168,7 +168,7 @@ fn compact_rev_key_without_continuity_or_data_dir_is_warned_about() {
 fn damaged_snapshots_restore_an_older_one_start_empty_or_refuse() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let a = build_store(&config(d, &[]), T, None).unwrap();
+    let a = build_store(&config(d, &[]), T, SpaceBounds::default()).unwrap();
     traffic(&a.store, 5);
     snapshot(&a.store, d, T);
     let highest = traffic(&a.store, 5);
@@ -181,7 +181,7 @@ fn damaged_snapshots_restore_an_older_one_start_empty_or_refuse() {
     let before = files(d);
 
     for strict in [&["--strict-restore"][..], &["--revision-continuity=false"]] {
-        let err = build_store(&config(d, strict), T, None)
+        let err = build_store(&config(d, strict), T, SpaceBounds::default())
             .err()
             .expect("refused");
         assert!(
@@ -192,7 +192,7 @@ fn damaged_snapshots_restore_an_older_one_start_empty_or_refuse() {
     }
 
     // Default: the older generation (5 events and compact_rev_key).
-    let b = build_store(&config(d, &[]), T - HOUR_MS, None).unwrap();
+    let b = build_store(&config(d, &[]), T - HOUR_MS, SpaceBounds::default()).unwrap();
     assert_eq!(keys(&b.store).len(), 6);
     assert!(b.store.current_revision() > highest);
     assert!(!newest.exists(), "moved aside");
@@ -202,7 +202,7 @@ fn damaged_snapshots_restore_an_older_one_start_empty_or_refuse() {
     for (_, path) in persist::list(d).unwrap() {
         fs::write(&path, b"EPHDSNAP2\n").unwrap();
     }
-    let c = build_store(&config(d, &[]), T - 2 * HOUR_MS, None).unwrap();
+    let c = build_store(&config(d, &[]), T - 2 * HOUR_MS, SpaceBounds::default()).unwrap();
     assert_eq!(keys(&c.store), vec![Bytes::from_static(b"compact_rev_key")]);
     assert!(c.store.current_revision() > highest);
     let corrupt = fs::read_dir(d)
@@ -222,7 +222,7 @@ fn damaged_snapshots_restore_an_older_one_start_empty_or_refuse() {
 fn a_damaged_state_file_is_moved_aside_or_refused() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let a = build_store(&config(d, &[]), T, None).unwrap();
+    let a = build_store(&config(d, &[]), T, SpaceBounds::default()).unwrap();
     let highest = traffic(&a.store, 3);
     drop(a);
     fs::write(
@@ -230,7 +230,7 @@ fn a_damaged_state_file_is_moved_aside_or_refused() {
         b"ephd-state 1\nrevisions-used-up",
     )
     .unwrap();
-    let err = build_store(&config(d, &["--strict-restore"]), T, None)
+    let err = build_store(&config(d, &["--strict-restore"]), T, SpaceBounds::default())
         .err()
         .unwrap();
     assert!(
@@ -239,7 +239,7 @@ fn a_damaged_state_file_is_moved_aside_or_refused() {
     );
     // The state is lost: only the wall clock (one second later) covers the
     // previous run now.
-    let b = build_store(&config(d, &[]), T + 1000, None).unwrap();
+    let b = build_store(&config(d, &[]), T + 1000, SpaceBounds::default()).unwrap();
     assert!(
         b.store.current_revision() > highest,
         "the clock still covers it"
@@ -266,12 +266,12 @@ fn continuity_off_is_refused_when_the_compaction_key_would_vanish() {
     let d = dir.path();
     // A run with continuity (so with compact_rev_key) that crashed before
     // its first snapshot.
-    let a = build_store(&config(d, &[]), T, None).unwrap();
+    let a = build_store(&config(d, &[]), T, SpaceBounds::default()).unwrap();
     traffic(&a.store, 3);
     drop(a);
     let before = files(d);
     let off = ["--revision-continuity=false"];
-    let err = build_store(&config(d, &off), T, None)
+    let err = build_store(&config(d, &off), T, SpaceBounds::default())
         .err()
         .expect("refused");
     assert!(
@@ -282,11 +282,11 @@ fn continuity_off_is_refused_when_the_compaction_key_would_vanish() {
 
     // With a snapshot that holds the key, the start goes ahead (with a
     // warning) at the snapshot's revision, key included.
-    let b = build_store(&config(d, &[]), T, None).unwrap();
+    let b = build_store(&config(d, &[]), T, SpaceBounds::default()).unwrap();
     let rev = traffic(&b.store, 2);
     snapshot(&b.store, d, T);
     drop(b);
-    let c = build_store(&config(d, &off), T, None).unwrap();
+    let c = build_store(&config(d, &off), T, SpaceBounds::default()).unwrap();
     assert_eq!(c.store.current_revision(), rev);
     assert!(has_compact_rev_key(&c.store));
     let state = persist::state::read(d).unwrap().unwrap();
@@ -294,9 +294,9 @@ fn continuity_off_is_refused_when_the_compaction_key_would_vanish() {
 
     // A continuity=false data dir whose runs never saw the key starts at 1.
     let fresh = tempfile::tempdir().unwrap();
-    let e = build_store(&config(fresh.path(), &off), T, None).unwrap();
+    let e = build_store(&config(fresh.path(), &off), T, SpaceBounds::default()).unwrap();
     assert_eq!(e.store.current_revision(), 1);
     drop(e);
-    let e = build_store(&config(fresh.path(), &off), T, None).unwrap();
+    let e = build_store(&config(fresh.path(), &off), T, SpaceBounds::default()).unwrap();
     assert_eq!(e.store.current_revision(), 1);
 }

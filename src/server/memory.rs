@@ -8,11 +8,14 @@
 //! override both shares.
 //!
 //! The default split leaves room for what is not bounded by either share
-//! (watch buffers, connections, the allocator's own slack):
+//! (watch buffers, connections, the allocator's own slack). The space quota
+//! itself, `--quota-backend-bytes`, is etcd's: counted in etcd's backend
+//! measure (`mvcc/backend_size.rs`), etcd's 2 GiB by default, and checked
+//! beside the memory bound:
 //!
 //! | share | default | flag |
 //! |---|---|---|
-//! | space quota (accounted store memory) | 40% of the limit, at most 8 GiB | `--quota-backend-bytes` |
+//! | stored data (accounted store memory) | 40% of the limit, at most 8 GiB | `--quota-backend-bytes` < 0 turns it off |
 //! | Range responses built and in flight | 20% of the limit, 64 MiB to 2 GiB | `--max-response-bytes-in-flight` |
 //!
 //! In cluster mode a member catching up receives a snapshot of the whole
@@ -26,6 +29,8 @@ use crate::config::Config;
 use std::path::Path;
 
 const GIB: u64 = 1 << 30;
+/// etcd's `--quota-backend-bytes` when not given: 2 GiB.
+const ETCD_DEFAULT_QUOTA: i64 = 2 << 30;
 const MIB: u64 = 1 << 20;
 
 /// The memory the process may use and where that figure came from.
@@ -42,8 +47,12 @@ pub struct MemoryLimit {
 pub struct MemoryPlan {
     /// What the shares were derived from.
     pub limit: MemoryLimit,
-    /// The space quota; `None` when turned off (`--quota-backend-bytes` < 0).
+    /// The space quota in etcd's backend measure: `--quota-backend-bytes`,
+    /// etcd's 2 GiB when 0 (the default); `None` when turned off (< 0).
     pub quota_bytes: Option<i64>,
+    /// The stored data's share of the memory limit, in accounted memory;
+    /// `None` when turned off (`--quota-backend-bytes` < 0).
+    pub memory_bound_bytes: Option<i64>,
     /// Bytes of Range responses allowed in flight at once.
     pub response_bytes: u64,
 }
@@ -51,11 +60,13 @@ pub struct MemoryPlan {
 impl MemoryPlan {
     /// Applies the flags to `limit`.
     pub fn new(config: &Config, limit: MemoryLimit) -> MemoryPlan {
+        let off = config.quota_backend_bytes < 0;
         let quota_bytes = match config.quota_backend_bytes {
             q if q < 0 => None,
-            0 => Some((limit.bytes / 5 * 2).min(8 * GIB) as i64),
+            0 => Some(ETCD_DEFAULT_QUOTA),
             q => Some(q),
         };
+        let memory_bound_bytes = (!off).then(|| (limit.bytes / 5 * 2).min(8 * GIB) as i64);
         let response_bytes = match config.max_response_bytes_in_flight {
             0 => (limit.bytes / 5).clamp(64 * MIB, 2 * GIB),
             n => n,
@@ -63,7 +74,16 @@ impl MemoryPlan {
         MemoryPlan {
             limit,
             quota_bytes,
+            memory_bound_bytes,
             response_bytes,
+        }
+    }
+
+    /// What the store checks writes against.
+    pub fn space_bounds(&self) -> SpaceBounds {
+        SpaceBounds {
+            quota_bytes: self.quota_bytes,
+            memory_bound_bytes: self.memory_bound_bytes,
         }
     }
 
@@ -72,6 +92,16 @@ impl MemoryPlan {
     pub fn peer_snapshot_bytes(&self) -> u64 {
         self.limit.bytes / 2
     }
+}
+
+/// The store's space quota and memory bound ([`MemoryPlan::space_bounds`]);
+/// the default has neither.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SpaceBounds {
+    /// `--quota-backend-bytes`, in etcd's backend measure.
+    pub quota_bytes: Option<i64>,
+    /// The stored data's share of the memory limit, in accounted memory.
+    pub memory_bound_bytes: Option<i64>,
 }
 
 /// The memory this process may use, read from the system.
@@ -174,10 +204,15 @@ mod tests {
     #[test]
     fn shares_follow_the_limit_within_their_bounds() {
         let plan = MemoryPlan::new(&Config::defaults(), limit(10 * GIB));
-        assert_eq!(plan.quota_bytes, Some((4 * GIB) as i64));
+        assert_eq!(plan.memory_bound_bytes, Some((4 * GIB) as i64));
+        assert_eq!(plan.quota_bytes, Some(2 << 30), "etcd's default");
         assert_eq!(plan.response_bytes, 2 * GIB);
         let big = MemoryPlan::new(&Config::defaults(), limit(64 * GIB));
-        assert_eq!(big.quota_bytes, Some((8 * GIB) as i64), "capped at 8 GiB");
+        assert_eq!(
+            big.memory_bound_bytes,
+            Some((8 * GIB) as i64),
+            "capped at 8 GiB"
+        );
         let small = MemoryPlan::new(&Config::defaults(), limit(256 * MIB));
         assert_eq!(small.response_bytes, 64 * MIB, "at least 64 MiB");
     }
@@ -187,7 +222,7 @@ mod tests {
         for bytes in [256 * MIB, 4 * GIB, 10 * GIB, 20 * GIB, 64 * GIB] {
             let plan = MemoryPlan::new(&Config::defaults(), limit(bytes));
             assert_eq!(plan.peer_snapshot_bytes(), bytes / 2);
-            assert!(plan.peer_snapshot_bytes() > plan.quota_bytes.unwrap() as u64);
+            assert!(plan.peer_snapshot_bytes() > plan.memory_bound_bytes.unwrap() as u64);
         }
         // The 8 GiB quota from 20 GiB up: beyond any 32-bit length.
         let big = MemoryPlan::new(&Config::defaults(), limit(20 * GIB));
@@ -205,9 +240,11 @@ mod tests {
         ]);
         let plan = MemoryPlan::new(&c, limit(GIB));
         assert_eq!(plan.quota_bytes, Some(1_000_000));
+        assert_eq!(plan.memory_bound_bytes, Some((GIB / 5 * 2) as i64));
         assert_eq!(plan.response_bytes, 5000);
         let off = Config::parse_from(["ephd", "--quota-backend-bytes", "-1"]);
-        assert_eq!(MemoryPlan::new(&off, limit(GIB)).quota_bytes, None);
+        let off = MemoryPlan::new(&off, limit(GIB));
+        assert_eq!((off.quota_bytes, off.memory_bound_bytes), (None, None));
     }
 
     #[test]

@@ -187,6 +187,7 @@ impl Server {
             limit_bytes = memory.limit.bytes,
             limit_from = memory.limit.source,
             quota_bytes = memory.quota_bytes.unwrap_or(-1),
+            memory_bound_bytes = memory.memory_bound_bytes.unwrap_or(-1),
             response_bytes_in_flight = memory.response_bytes,
             "memory bounds"
         );
@@ -237,12 +238,15 @@ impl Server {
         };
         let (store, guard) = match &member {
             None => {
-                let boot =
-                    build_store(&config, crate::persist::wall_clock_ms(), memory.quota_bytes)?;
+                let boot = build_store(
+                    &config,
+                    crate::persist::wall_clock_ms(),
+                    memory.space_bounds(),
+                )?;
                 (Arc::new(boot.store), Some(boot.guard))
             }
             Some(b) => {
-                let store = build_cluster_store(&config, b.id, memory.quota_bytes);
+                let store = build_cluster_store(&config, b.id, memory.space_bounds());
                 if let (Some(_), Some(saved)) = (b.resume, saved) {
                     bootstrap::resume_cluster_store(&store, saved, config.revision_continuity)?;
                 }
@@ -299,6 +303,9 @@ impl Server {
         metrics
             .quota_backend_bytes
             .set(memory.quota_bytes.unwrap_or(-1));
+        metrics
+            .memory_bound_bytes
+            .set(memory.memory_bound_bytes.unwrap_or(-1));
         Ok(Server {
             shared: Shared {
                 store,

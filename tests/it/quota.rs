@@ -127,3 +127,60 @@ fn quota_refuses_writes_and_alarms_like_stock_etcd() {
     );
     assert_eq!(got, want);
 }
+
+/// Puts values of `size` bytes under keys `/registry/events/ns/ev-N`
+/// through 8 concurrent clients until the quota refuses one; returns how
+/// many were acknowledged.
+async fn admitted(endpoint: &str, size: usize) -> usize {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let value = vec![b'v'; size];
+    let next = std::sync::Arc::new(AtomicUsize::new(0));
+    let acked = std::sync::Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let mut c = crate::harness::connect_client(endpoint).await;
+        let (value, next, acked) = (value.clone(), next.clone(), acked.clone());
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let n = next.fetch_add(1, Ordering::Relaxed);
+                assert!(n < 1_000_000, "the quota never refused a put");
+                let key = format!("/registry/events/ns/ev-{n:08}");
+                match c.put(key, value.clone(), None).await {
+                    Ok(_) => {
+                        acked.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(e) if e.to_string().contains("database space exceeded") => return,
+                    Err(e) => panic!("put {n}: {e}"),
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("writer");
+    }
+    acked.load(Ordering::Relaxed)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_quota_admits_about_as_many_revisions_as_in_etcd() {
+    // etcd counts its bbolt file, ephd the same measure estimated per
+    // version (src/mvcc/backend_size.rs): within 25% for small, medium and
+    // large values.
+    const QUOTA: &str = "8388608";
+    let mut report = Vec::new();
+    for size in [100, 1024, 10 * 1024] {
+        let etcd = StockEtcd::start_with(&["--quota-backend-bytes", QUOTA]);
+        let want = admitted(&etcd.endpoint(), size).await;
+        drop(etcd);
+        let ephd = support::ephd(&["--quota-backend-bytes", QUOTA]);
+        let got = admitted(&ephd.endpoint(), size).await;
+        report.push(format!("{size} B values: etcd {want}, ephd {got}"));
+        let ratio = got as f64 / want as f64;
+        assert!(
+            (0.75..=1.25).contains(&ratio),
+            "{QUOTA} bytes: {} (ratio {ratio:.2})",
+            report.join("; ")
+        );
+    }
+    eprintln!("{}", report.join("; "));
+}

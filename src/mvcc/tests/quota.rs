@@ -1,5 +1,6 @@
 //! The space quota: what a store at its quota refuses, what it still
-//! does, and how it recovers, as etcd's quota and NOSPACE alarm behave.
+//! does, and how it recovers, as etcd's quota and NOSPACE alarm behave;
+//! and the memory bound, which refuses the same way.
 
 use super::super::*;
 use super::{b, put};
@@ -82,8 +83,8 @@ fn the_write_that_does_not_fit_is_refused_and_raises_nospace() {
     let store = store_with_quota(quota);
     let fitted = fill(&store);
     assert!(fitted > 10, "{fitted} writes fitted");
-    let used = store.stats().memory_bytes();
-    assert!(used <= quota, "used {used} of {quota}");
+    let used = store.stats().backend_bytes();
+    assert!(used < quota, "used {used} of {quota}");
     assert!(
         !store
             .range(&RangeRequest {
@@ -211,5 +212,50 @@ fn a_txn_costs_its_costlier_branch() {
             }),
         ],
     };
-    assert_eq!(alarms::txn_cost(&req), 2 * (2 + stats::VERSION_OVERHEAD));
+    assert_eq!(
+        space_cost(&Entry::Txn(req)),
+        2 * (2 + stats::VERSION_OVERHEAD)
+    );
+}
+
+#[test]
+fn the_quota_counts_as_etcd_and_the_memory_bound_counts_memory() {
+    // 100-byte values under 27-byte keys: etcd 3.4 admits 40,572 such
+    // revisions in 8 MiB (about 207 bytes each).
+    let quota = 8 << 20;
+    let store = store_with_quota(quota);
+    let value = "v".repeat(100);
+    let mut fitted = 0;
+    while try_put(
+        &store,
+        &format!("/registry/events/ns/ev-{fitted:08}"),
+        &value,
+    )
+    .is_ok()
+    {
+        fitted += 1;
+    }
+    assert!(
+        (38_000..=44_000).contains(&fitted),
+        "{fitted} revisions of 100 bytes in 8 MiB"
+    );
+    assert_eq!(
+        store.stats().backend_in_use(),
+        store.stats().backend_bytes(),
+        "no history yet"
+    );
+
+    // The memory bound alone: accounted memory, whatever the quota.
+    let bounded = Store::new(StoreConfig {
+        memory_bound_bytes: Some(20_000),
+        member_id: MEMBER,
+        ..StoreConfig::default()
+    });
+    let fitted = fill(&bounded);
+    assert!(bounded.stats().memory_bytes() <= 20_000);
+    assert!(
+        bounded.stats().memory_bytes() + 506 > 20_000,
+        "{fitted} fitted"
+    );
+    assert_eq!(bounded.alarms().len(), 1, "NOSPACE raised");
 }
