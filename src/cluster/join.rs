@@ -602,7 +602,7 @@ impl MembershipRpc for MembershipService {
             token: self.node.members().token.clone(),
             cluster_id: self.node.cluster_id(),
             member_id: self.node.id(),
-            leader: status.leader().unwrap_or(0),
+            leader,
             committed: status.committed(),
             asker_started,
             asker_removed: same && m.is_removed(req.member_id),

@@ -114,7 +114,7 @@ use crate::auth::{AuthInfo, AuthOp};
 use crate::error::{Error, Result};
 use crate::mvcc::{
     AlarmAction, AlarmMember, Applied, DeleteRequest, DeleteResponse, Entry, LeaseGrantResponse,
-    PutRequest, PutResponse, Store, TxnRequest, TxnResponse,
+    PutRequest, PutResponse, Space, Store, TxnRequest, TxnResponse,
 };
 use std::sync::Arc;
 
@@ -144,25 +144,19 @@ impl Proposer {
         }
     }
 
-    /// A cluster member's space quota check before proposing `entry`: when
-    /// it does not fit this member's own quota, the NOSPACE alarm is
-    /// proposed under this member's ID (every member applies it alike) and
-    /// the write refused. A single member checks in the store
+    /// A cluster member's space check before proposing `entry`: the NOSPACE
+    /// alarm it raises is proposed (every member applies it alike), and
+    /// what does not fit is refused. A single member checks in the store
     /// (`mvcc/quota.rs`).
     async fn refuse_over_quota(node: &Node, store: &Store, entry: &Entry) -> Result<()> {
-        if !store.over_quota(entry) {
-            return Ok(());
+        match store.check_space(entry) {
+            Space::Fits => Ok(()),
+            Space::Full => Err(Error::NoSpace),
+            Space::Raise(alarm) => {
+                node.propose(alarm).await?;
+                Err(Error::NoSpace)
+            }
         }
-        if !store.own_nospace_raised() {
-            store.log_nospace_raised();
-            node.propose(Entry::Alarm {
-                action: AlarmAction::Activate,
-                member_id: store.config().member_id,
-                alarm: crate::mvcc::ALARM_NOSPACE,
-            })
-            .await?;
-        }
-        Err(Error::NoSpace)
     }
 
     /// Proposes `entry` after the space quota check.

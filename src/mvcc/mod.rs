@@ -69,7 +69,7 @@ pub use image::{ImageLease, ImageVersion, StoreImage};
 pub use initial::COMPACT_REV_KEY;
 pub use limits::Limits;
 pub use log::{EventLog, LoggedEvent};
-pub use quota::space_cost;
+pub use quota::{space_cost, Space};
 pub use stats::Stats;
 pub use store::{Store, StoreConfig};
 pub use types::*;

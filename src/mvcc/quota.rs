@@ -56,13 +56,25 @@ fn backend_cost(entry: &Entry) -> i64 {
     })
 }
 
+/// What the space check decides for a write ([`Store::check_space`]).
+#[derive(Debug)]
+pub enum Space {
+    /// It fits: apply or propose it.
+    Fits,
+    /// It does not fit, and this member's NOSPACE alarm is raised already:
+    /// refuse it with "database space exceeded".
+    Full,
+    /// It does not fit: apply (single member) or propose (cluster member)
+    /// this NOSPACE alarm under this member's ID, then refuse it.
+    Raise(Entry),
+}
+
 impl Store {
-    /// Whether `entry` does not fit this member's own limits (its flags,
-    /// whatever a leader replicated): the space quota, counted as etcd
-    /// counts its backend (etcd's rule: the size plus the write's cost
-    /// must stay below the quota), or the memory bound, counted in
-    /// accounted memory.
-    pub fn over_quota(&self, entry: &Entry) -> bool {
+    /// Checks `entry` against this member's own limits (its flags, whatever
+    /// a leader replicated): the space quota, counted as etcd counts its
+    /// backend (etcd's rule: the size plus the write's cost must stay below
+    /// the quota), and the memory bound, counted in accounted memory.
+    pub fn check_space(&self, entry: &Entry) -> Space {
         let (config, stats) = (self.config(), self.stats());
         let over_quota = config.quota_bytes.is_some_and(|quota| {
             let cost = backend_cost(entry);
@@ -72,48 +84,45 @@ impl Store {
             let cost = space_cost(entry);
             cost > 0 && stats.memory_bytes() + cost > bound
         });
-        over_quota || over_memory
-    }
-
-    /// Logs that this member raises NOSPACE (once per raise, not per
-    /// refused write).
-    pub fn log_nospace_raised(&self) {
+        if !over_quota && !over_memory {
+            return Space::Fits;
+        }
+        let me = config.member_id;
+        let raised = self
+            .alarm_table()
+            .all()
+            .iter()
+            .any(|a| a.alarm == alarms::ALARM_NOSPACE && a.member_id == me);
+        if raised {
+            return Space::Full;
+        }
         tracing::warn!(
-            db_size = self.stats().backend_bytes(),
-            quota_bytes = self.config().quota_bytes,
-            memory_bytes = self.stats().memory_bytes(),
-            memory_bound_bytes = self.config().memory_bound_bytes,
-            member_id = self.config().member_id,
+            db_size = stats.backend_bytes(),
+            quota_bytes = config.quota_bytes,
+            memory_bytes = stats.memory_bytes(),
+            memory_bound_bytes = config.memory_bound_bytes,
+            member_id = me,
             "space quota or memory bound reached: raising the NOSPACE alarm; writes that take \
              space fail until space is freed (delete, compact) and the alarm is disarmed"
         );
+        Space::Raise(Entry::Alarm {
+            action: AlarmAction::Activate,
+            member_id: me,
+            alarm: alarms::ALARM_NOSPACE,
+        })
     }
 
-    /// Whether this member's NOSPACE alarm is raised already (then a write
-    /// over the quota need not raise it again).
-    pub fn own_nospace_raised(&self) -> bool {
-        let me = self.config().member_id;
-        self.alarm_table()
-            .all()
-            .iter()
-            .any(|a| a.alarm == alarms::ALARM_NOSPACE && a.member_id == me)
-    }
-
-    /// A single member's quota check: when `entry` does not fit, raises
-    /// NOSPACE under this member's ID through the apply path and refuses.
-    /// (A cluster member proposes the alarm instead: `cluster::Proposer`.)
+    /// A single member's space check: applies the alarm it raises, and
+    /// refuses what does not fit. (A cluster member proposes the alarm
+    /// instead: `cluster::Proposer`.)
     pub(crate) fn refuse_over_quota(&self, entry: &Entry) -> Result<()> {
-        if !self.over_quota(entry) {
-            return Ok(());
+        match self.check_space(entry) {
+            Space::Fits => Ok(()),
+            Space::Full => Err(Error::NoSpace),
+            Space::Raise(alarm) => {
+                self.apply(alarm)?;
+                Err(Error::NoSpace)
+            }
         }
-        if !self.own_nospace_raised() {
-            self.log_nospace_raised();
-            self.apply(Entry::Alarm {
-                action: AlarmAction::Activate,
-                member_id: self.config().member_id,
-                alarm: alarms::ALARM_NOSPACE,
-            })?;
-        }
-        Err(Error::NoSpace)
     }
 }

@@ -282,17 +282,12 @@ fn record_log(seed: u64, steps: usize, recorder: &StoreConfig) -> Vec<Entry> {
     let mut log = vec![Entry::Limits(store.own_limits())];
     store.apply(log[0].clone()).unwrap();
     while log.len() < steps {
-        let mut entry = random_entry(&mut rng, &store);
-        if store.over_quota(&entry) {
-            if store.own_nospace_raised() {
-                continue;
-            }
-            entry = Entry::Alarm {
-                action: AlarmAction::Activate,
-                member_id: recorder.member_id,
-                alarm: ALARM_NOSPACE,
-            };
-        }
+        let entry = random_entry(&mut rng, &store);
+        let entry = match store.check_space(&entry) {
+            Space::Fits => entry,
+            Space::Full => continue,
+            Space::Raise(alarm) => alarm,
+        };
         let _ = store.apply(entry.clone());
         log.push(entry);
     }
