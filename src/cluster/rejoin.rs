@@ -27,8 +27,8 @@
 //! [`PATIENCE`] (`join.rs` probes and decides again before each attempt):
 //! survivors still electing (or still naming this member's old ID as their
 //! leader, when it was the leader and came back within an election
-//! timeout), a serving member that timed out or lost its leader, a cluster
-//! not yet healthy enough for a membership change. An attempt that timed
+//! timeout), a serving member that timed out or lost its leader, another
+//! member rejoining as the one learner. An attempt that timed
 //! out may have removed the old ID: the next probe shows it, and then only
 //! the addition is asked for (`removed_already`), never a second removal.
 //!
@@ -135,8 +135,8 @@ pub(super) async fn rejoin(
 }
 
 /// How long a restarted member keeps asking to rejoin while the cluster is
-/// in a state that passes by itself (an election, a health check that
-/// wants every voter connected for a while, another member rejoining).
+/// in a state that passes by itself (an election, another member
+/// rejoining, a removal refused while too few voters answer).
 pub(super) const PATIENCE: Duration = Duration::from_secs(60);
 
 /// A refusal or failure that changed nothing for sure, or whose removal
