@@ -15,10 +15,10 @@ use parking_lot::RwLock;
 pub struct Limits {
     /// `--max-txn-ops`.
     pub max_txn_ops: usize,
-    /// `--quota-backend-bytes` (the derived value when 0 was given);
-    /// `None`: no quota. Carried for the log's and snapshots' format and
-    /// reported, but never applied: each member checks writes against its
-    /// own quota before proposing them (`quota.rs`), as etcd members do.
+    /// `--quota-backend-bytes` as this member's store has it; `None`: no
+    /// quota. Carried for the log's and snapshots' format, but never
+    /// applied: each member checks writes against its own quota before
+    /// proposing them (`quota.rs`), as etcd members do.
     pub quota_bytes: Option<i64>,
     /// `--lease-adopt-unknown-ttl`; `None`: unknown lease IDs are refused.
     pub adopt_unknown_ttl: Option<i64>,

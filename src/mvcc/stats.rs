@@ -51,11 +51,12 @@ impl Stats {
         if let Some(n) = new_live {
             self.total_bytes.fetch_add(n, Ordering::Relaxed);
         }
-        self.backend_total
-            .fetch_add(history::backend_bytes(&version), Ordering::Relaxed);
-        let backend = |kv: Option<i64>| kv.map_or(0, backend_size::version);
+        let backend = history::backend_bytes(&version);
+        self.backend_total.fetch_add(backend, Ordering::Relaxed);
+        let live_backend = if new_live.is_some() { backend } else { 0 };
+        let prev_backend = prev_live.map_or(0, backend_size::version);
         self.backend_live
-            .fetch_add(backend(new_live) - backend(prev_live), Ordering::Relaxed);
+            .fetch_add(live_backend - prev_backend, Ordering::Relaxed);
         self.versions.fetch_add(1, Ordering::Relaxed);
         let delta = new_live.unwrap_or(0) - prev_live.unwrap_or(0);
         self.live_bytes.fetch_add(delta, Ordering::Relaxed);

@@ -47,12 +47,11 @@ pub struct MemoryLimit {
 pub struct MemoryPlan {
     /// What the shares were derived from.
     pub limit: MemoryLimit,
-    /// The space quota in etcd's backend measure: `--quota-backend-bytes`,
-    /// etcd's 2 GiB when 0 (the default); `None` when turned off (< 0).
-    pub quota_bytes: Option<i64>,
-    /// The stored data's share of the memory limit, in accounted memory;
-    /// `None` when turned off (`--quota-backend-bytes` < 0).
-    pub memory_bound_bytes: Option<i64>,
+    /// What the store checks writes against: the space quota
+    /// (`--quota-backend-bytes`, etcd's 2 GiB when 0, the default) and the
+    /// stored data's share of the limit; both `None` when
+    /// `--quota-backend-bytes` < 0.
+    pub space: SpaceBounds,
     /// Bytes of Range responses allowed in flight at once.
     pub response_bytes: u64,
 }
@@ -73,17 +72,11 @@ impl MemoryPlan {
         };
         MemoryPlan {
             limit,
-            quota_bytes,
-            memory_bound_bytes,
+            space: SpaceBounds {
+                quota_bytes,
+                memory_bound_bytes,
+            },
             response_bytes,
-        }
-    }
-
-    /// What the store checks writes against.
-    pub fn space_bounds(&self) -> SpaceBounds {
-        SpaceBounds {
-            quota_bytes: self.quota_bytes,
-            memory_bound_bytes: self.memory_bound_bytes,
         }
     }
 
@@ -94,8 +87,8 @@ impl MemoryPlan {
     }
 }
 
-/// The store's space quota and memory bound ([`MemoryPlan::space_bounds`]);
-/// the default has neither.
+/// The store's space quota and memory bound ([`MemoryPlan::space`]); the
+/// default has neither.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SpaceBounds {
     /// `--quota-backend-bytes`, in etcd's backend measure.
@@ -204,12 +197,12 @@ mod tests {
     #[test]
     fn shares_follow_the_limit_within_their_bounds() {
         let plan = MemoryPlan::new(&Config::defaults(), limit(10 * GIB));
-        assert_eq!(plan.memory_bound_bytes, Some((4 * GIB) as i64));
-        assert_eq!(plan.quota_bytes, Some(2 << 30), "etcd's default");
+        assert_eq!(plan.space.memory_bound_bytes, Some((4 * GIB) as i64));
+        assert_eq!(plan.space.quota_bytes, Some(2 << 30), "etcd's default");
         assert_eq!(plan.response_bytes, 2 * GIB);
         let big = MemoryPlan::new(&Config::defaults(), limit(64 * GIB));
         assert_eq!(
-            big.memory_bound_bytes,
+            big.space.memory_bound_bytes,
             Some((8 * GIB) as i64),
             "capped at 8 GiB"
         );
@@ -222,7 +215,7 @@ mod tests {
         for bytes in [256 * MIB, 4 * GIB, 10 * GIB, 20 * GIB, 64 * GIB] {
             let plan = MemoryPlan::new(&Config::defaults(), limit(bytes));
             assert_eq!(plan.peer_snapshot_bytes(), bytes / 2);
-            assert!(plan.peer_snapshot_bytes() > plan.memory_bound_bytes.unwrap() as u64);
+            assert!(plan.peer_snapshot_bytes() > plan.space.memory_bound_bytes.unwrap() as u64);
         }
         // The 8 GiB quota from 20 GiB up: beyond any 32-bit length.
         let big = MemoryPlan::new(&Config::defaults(), limit(20 * GIB));
@@ -239,12 +232,15 @@ mod tests {
             "5000",
         ]);
         let plan = MemoryPlan::new(&c, limit(GIB));
-        assert_eq!(plan.quota_bytes, Some(1_000_000));
-        assert_eq!(plan.memory_bound_bytes, Some((GIB / 5 * 2) as i64));
+        assert_eq!(plan.space.quota_bytes, Some(1_000_000));
+        assert_eq!(plan.space.memory_bound_bytes, Some((GIB / 5 * 2) as i64));
         assert_eq!(plan.response_bytes, 5000);
         let off = Config::parse_from(["ephd", "--quota-backend-bytes", "-1"]);
         let off = MemoryPlan::new(&off, limit(GIB));
-        assert_eq!((off.quota_bytes, off.memory_bound_bytes), (None, None));
+        assert_eq!(
+            (off.space.quota_bytes, off.space.memory_bound_bytes),
+            (None, None)
+        );
     }
 
     #[test]

@@ -186,8 +186,8 @@ impl Server {
         tracing::info!(
             limit_bytes = memory.limit.bytes,
             limit_from = memory.limit.source,
-            quota_bytes = memory.quota_bytes.unwrap_or(-1),
-            memory_bound_bytes = memory.memory_bound_bytes.unwrap_or(-1),
+            quota_bytes = memory.space.quota_bytes.unwrap_or(-1),
+            memory_bound_bytes = memory.space.memory_bound_bytes.unwrap_or(-1),
             response_bytes_in_flight = memory.response_bytes,
             "memory bounds"
         );
@@ -238,15 +238,11 @@ impl Server {
         };
         let (store, guard) = match &member {
             None => {
-                let boot = build_store(
-                    &config,
-                    crate::persist::wall_clock_ms(),
-                    memory.space_bounds(),
-                )?;
+                let boot = build_store(&config, crate::persist::wall_clock_ms(), memory.space)?;
                 (Arc::new(boot.store), Some(boot.guard))
             }
             Some(b) => {
-                let store = build_cluster_store(&config, b.id, memory.space_bounds());
+                let store = build_cluster_store(&config, b.id, memory.space);
                 if let (Some(_), Some(saved)) = (b.resume, saved) {
                     bootstrap::resume_cluster_store(&store, saved, config.revision_continuity)?;
                 }
@@ -302,10 +298,10 @@ impl Server {
             .set_slow(config.warning_apply_duration);
         metrics
             .quota_backend_bytes
-            .set(memory.quota_bytes.unwrap_or(-1));
+            .set(memory.space.quota_bytes.unwrap_or(-1));
         metrics
             .memory_bound_bytes
-            .set(memory.memory_bound_bytes.unwrap_or(-1));
+            .set(memory.space.memory_bound_bytes.unwrap_or(-1));
         Ok(Server {
             shared: Shared {
                 store,
