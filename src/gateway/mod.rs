@@ -7,7 +7,8 @@
 //! One listener serves both: tonic accepts HTTP/1.1 connections beside
 //! HTTP/2 ones (hyper tells them apart by the HTTP/2 preface), and every
 //! request is routed by its path: gRPC methods (`/etcdserverpb.KV/Range`)
-//! to the services, anything else to the routes here. So over TLS, where
+//! to the services when the request is gRPC (`grpc_only.rs`; etcd's 404
+//! otherwise), anything else to the routes here. So over TLS, where
 //! ALPN may settle on `h2`, a JSON request over HTTP/2 works as well.
 //!
 //! Each JSON call is translated into a real gRPC call of the same server,
@@ -16,6 +17,7 @@
 //! the server is reachable here by naming its path and message types.
 
 mod call;
+mod grpc_only;
 mod json;
 mod routes;
 
@@ -28,6 +30,7 @@ use axum::routing::{post, MethodRouter};
 use bytes::{Buf, Bytes, BytesMut};
 use call::{GrpcService, Messages};
 use futures::{Stream, StreamExt};
+use grpc_only::GrpcOnlyLayer;
 use routes::{Route, Shape, PREFIXES, ROUTES};
 use std::convert::Infallible;
 use tonic::Status;
@@ -63,9 +66,7 @@ pub fn client_routes(grpc: tonic::service::Routes, shared: &Shared) -> tonic::se
         }
     }
     let http = http.layer(axum::middleware::map_response(cors));
-    let grpc = grpc
-        .into_axum_router()
-        .layer(axum::middleware::from_fn(grpc_only));
+    let grpc = grpc.into_axum_router().layer(GrpcOnlyLayer);
     let router = grpc.merge(http).fallback(not_found);
     tonic::service::Routes::from(router)
 }
@@ -78,8 +79,14 @@ fn gateway_route(route: &'static Route, service: GrpcService, limit: usize) -> M
         .fallback(|| async { text(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed\n") })
 }
 
-/// The CORS headers etcd sends with every HTTP response of the client port.
-async fn cors(mut resp: Response) -> Response {
+/// The CORS headers etcd sends with every HTTP response of the client port
+/// (as the HTTP router's response layer).
+async fn cors(resp: Response) -> Response {
+    with_cors(resp)
+}
+
+/// `resp` with etcd's CORS headers.
+fn with_cors(mut resp: Response) -> Response {
     let h = resp.headers_mut();
     h.insert(
         "access-control-allow-headers",
@@ -106,21 +113,9 @@ fn text(status: StatusCode, body: &'static str) -> Response {
         .into_response()
 }
 
-/// The gRPC services' paths answer gRPC requests only: HTTP/2 with a gRPC
-/// content type. Anything else on those paths (an HTTP/1.1 POST, a plain
-/// HTTP/2 request) gets the 404 of etcd's HTTP handler, which serves every
-/// request that is not gRPC.
-async fn grpc_only(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
-    let grpc = req.version() == axum::http::Version::HTTP_2
-        && req
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
-    if grpc {
-        next.run(req).await
-    } else {
-        cors(text(StatusCode::NOT_FOUND, "404 page not found\n")).await
-    }
+/// The 404 of etcd's HTTP handler, with its CORS headers.
+fn http_not_found() -> Response {
+    with_cors(text(StatusCode::NOT_FOUND, "404 page not found\n"))
 }
 
 /// Any other path: a gRPC request gets Unimplemented, as from tonic; an
@@ -141,12 +136,11 @@ async fn not_found(req: axum::extract::Request) -> Response {
             .and_then(|s| s.strip_prefix(p))
             .is_some_and(|s| s.starts_with('/'))
     });
-    let resp = if under_gateway {
-        text(StatusCode::NOT_FOUND, "Not Found\n")
+    if under_gateway {
+        with_cors(text(StatusCode::NOT_FOUND, "Not Found\n"))
     } else {
-        text(StatusCode::NOT_FOUND, "404 page not found\n")
-    };
-    cors(resp).await
+        http_not_found()
+    }
 }
 
 /// A failed call as etcd's gateway answers it.
