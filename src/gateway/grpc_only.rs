@@ -13,21 +13,30 @@ use futures::future::{ready, Either, Ready};
 use std::convert::Infallible;
 use std::task::{Context, Poll};
 
-/// Wraps the gRPC routes in [`GrpcOnly`].
-#[derive(Debug, Clone, Copy, Default)]
-pub(super) struct GrpcOnlyLayer;
+/// Wraps the gRPC routes in [`GrpcOnly`]; the answer to anything that is
+/// not gRPC is `not_found`'s.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct GrpcOnlyLayer {
+    pub(super) not_found: fn() -> Response,
+}
 
 impl<S> tower::Layer<S> for GrpcOnlyLayer {
     type Service = GrpcOnly<S>;
 
     fn layer(&self, inner: S) -> GrpcOnly<S> {
-        GrpcOnly(inner)
+        GrpcOnly {
+            inner,
+            not_found: self.not_found,
+        }
     }
 }
 
 /// Passes gRPC requests to the routes, answers anything else with the 404.
 #[derive(Debug, Clone)]
-pub(super) struct GrpcOnly<S>(S);
+pub(super) struct GrpcOnly<S> {
+    inner: S,
+    not_found: fn() -> Response,
+}
 
 impl<S> tower::Service<Request> for GrpcOnly<S>
 where
@@ -38,7 +47,7 @@ where
     type Future = Either<S::Future, Ready<Result<Response, Infallible>>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        self.0.poll_ready(cx)
+        self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, req: Request) -> Self::Future {
@@ -48,9 +57,9 @@ where
                 .get(header::CONTENT_TYPE)
                 .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
         if grpc {
-            Either::Left(self.0.call(req))
+            Either::Left(self.inner.call(req))
         } else {
-            Either::Right(ready(Ok(super::http_not_found())))
+            Either::Right(ready(Ok((self.not_found)())))
         }
     }
 }

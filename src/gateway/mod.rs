@@ -66,7 +66,9 @@ pub fn client_routes(grpc: tonic::service::Routes, shared: &Shared) -> tonic::se
         }
     }
     let http = http.layer(axum::middleware::map_response(cors));
-    let grpc = grpc.into_axum_router().layer(GrpcOnlyLayer);
+    let grpc = grpc.into_axum_router().layer(GrpcOnlyLayer {
+        not_found: http_not_found,
+    });
     let router = grpc.merge(http).fallback(not_found);
     tonic::service::Routes::from(router)
 }
