@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # Runs ephd's whole test suite the way CI does.
 #
-# The integration tests compare ephd against a stock etcd and drive the
-# stock etcdctl, and the etcd-client dev-dependency compiles etcd's protos
-# with a system protoc; so this installs what is missing first:
-#   - etcd-server + etcd-client (scripts/install-etcd.sh),
+# The integration tests compare ephd against a stock etcd, drive the stock
+# etcdctl, etcd's Go client and a real kube-apiserver, and the etcd-client
+# dev-dependency compiles etcd's protos with a system protoc; so this
+# installs what is missing first:
+#   - the reference programs built from published Go modules with Go 1.26
+#     (scripts/install-references.sh: etcd and etcdctl 3.6 and 3.7, kine,
+#     kube-apiserver 1.35 and 1.37, the Go drivers in tests/go; cached in
+#     ~/.cache/ephd/references, so only a machine's first run builds them),
 #   - promtool, Debian package `prometheus`, whose service is not started
 #     (scripts/install-promtool.sh; tests/it/metrics.rs runs etcd's alert
 #     rules with it),
 #   - protobuf-compiler + libprotobuf-dev (protoc and its well-known types),
-#   - Go 1.19 + etcd 3.4's clientv3 sources (scripts/install-go-client.sh;
-#     tests/it/go_client builds a driver on etcd's own Go client with them),
 #   - etcd3gw from PyPI in a virtualenv (scripts/install-etcd3gw.sh;
 #     tests/it/gateway.rs drives ephd's JSON gateway with it).
 # Before any test it runs the lint gates, each of which fails the run:
@@ -24,18 +26,13 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-bash scripts/install-etcd.sh
-command -v etcd >/dev/null && command -v etcdctl >/dev/null || {
-  echo "test.sh: etcd/etcdctl still missing after scripts/install-etcd.sh" >&2
-  exit 1
-}
+bash scripts/install-references.sh
 bash scripts/install-promtool.sh
 command -v promtool >/dev/null || {
   echo "test.sh: promtool still missing after scripts/install-promtool.sh" >&2
   exit 1
 }
 
-bash scripts/install-go-client.sh
 bash scripts/install-etcd3gw.sh
 
 install_protoc() {
@@ -52,7 +49,8 @@ if [ -z "${PROTOC:-}" ]; then
   install_protoc
 fi
 
-echo "test.sh: $(etcd --version | head -n1); $(etcdctl version | head -n1); $(protoc --version 2>/dev/null || echo "PROTOC=${PROTOC:-}"); $(/usr/lib/go-1.19/bin/go version)"
+refs=${EPHD_REFERENCES:-$HOME/.cache/ephd/references}/bin
+echo "test.sh: $("$refs/etcd-3.6" --version | head -n1); $("$refs/etcdctl-3.6" version | head -n1); $(protoc --version 2>/dev/null || echo "PROTOC=${PROTOC:-}")"
 cargo --version
 
 # Lint gates, before the tests so a formatting or clippy failure is reported

@@ -20,16 +20,10 @@ pub struct CmdOutput {
     pub stderr: String,
 }
 
-/// Locates etcdctl; panics (never skips) when it is missing so a machine
-/// without etcd cannot produce a green run.
+/// Locates stock etcdctl of the reference release; panics (never skips)
+/// when it is missing so a machine without it cannot produce a green run.
 pub fn etcdctl_path() -> PathBuf {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .map(|dir| dir.join("etcdctl"))
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| {
-            panic!("stock etcdctl not found: run scripts/test.sh which installs etcd-client")
-        })
+    crate::references::etcdctl()
 }
 
 /// Builds an etcdctl v3 command against `endpoint` with short client

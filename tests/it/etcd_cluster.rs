@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use ephd::proto::etcdserverpb::MemberAddRequest;
 
-use crate::harness::{find_on_path, free_port, Server, ServerProcess};
+use crate::harness::{free_port, Server, ServerProcess};
 
 /// One member of a [`StockEtcdCluster`].
 pub struct EtcdMember {
@@ -57,9 +57,7 @@ impl StockEtcdCluster {
     /// until every one answers a linearizable read (a leader is elected).
     /// Panics when `etcd` is not installed: scripts/test.sh installs it.
     pub fn start(n: usize, extra_args: &[&str]) -> StockEtcdCluster {
-        let etcd = find_on_path("etcd").unwrap_or_else(|| {
-            panic!("stock etcd not found: run scripts/test.sh which installs etcd-server")
-        });
+        let etcd = crate::references::etcd();
         let ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
         let initial = ports
             .iter()

@@ -9,7 +9,7 @@
 use std::collections::VecDeque;
 use std::io::Read;
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -88,6 +88,31 @@ impl ServerProcess {
             child,
             log,
             readers,
+        }
+    }
+
+    /// What the process is, as failure messages name it.
+    pub(crate) fn what(&self) -> &'static str {
+        self.what
+    }
+
+    /// Whether the process has not exited yet.
+    pub(crate) fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Stops the process with SIGTERM, as a service manager does, and waits
+    /// (at most `limit`, then SIGKILL) until it exited.
+    pub(crate) fn terminate(&mut self, limit: Duration) {
+        // SAFETY: kill(2) on our own child's pid has no memory effects.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + limit;
+        while self.running() {
+            if Instant::now() >= deadline {
+                let _ = self.child.kill();
+                panic!("{} did not exit within {limit:?} of SIGTERM", self.what);
+            }
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
 
@@ -462,14 +487,6 @@ impl EphdCluster {
     }
 }
 
-/// Locates the stock etcd server binary on PATH; `None` when not installed.
-pub(crate) fn find_on_path(binary: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(binary))
-        .find(|p| p.is_file())
-}
-
 /// A stock single-member etcd with a throw-away data dir: the reference
 /// implementation that ephd's responses are compared against.
 pub struct StockEtcd {
@@ -490,9 +507,7 @@ impl StockEtcd {
 
     /// [`StockEtcd::start`] with extra etcd flags.
     pub fn start_with(extra_args: &[&str]) -> StockEtcd {
-        let etcd = find_on_path("etcd").unwrap_or_else(|| {
-            panic!("stock etcd not found: run scripts/test.sh which installs etcd-server")
-        });
+        let etcd = crate::references::etcd();
         let mut failures = Vec::new();
         for _ in 0..START_ATTEMPTS {
             let data_dir = tempfile::Builder::new()

@@ -15,7 +15,7 @@ use tokio_rustls::rustls::{self, pki_types::ServerName};
 use tokio_rustls::TlsConnector;
 
 use crate::cluster::{agreed_leader, put, same_everywhere, TIMING};
-use crate::harness::{find_on_path, free_port, EphdCluster, ServerProcess};
+use crate::harness::{free_port, EphdCluster, ServerProcess};
 use crate::tls::{https_ephd, make_certs, rustls_client, tls_client};
 
 /// How long a server may take to serve its first request.
@@ -32,7 +32,7 @@ struct StockEtcd {
 /// the peer URL `{peer_scheme}://127.0.0.1:{peer}` and `flags` (the TLS
 /// flags under test).
 fn stock_etcd(client_url: &str, peer_scheme: &str, peer: u16, flags: &[String]) -> StockEtcd {
-    let etcd = find_on_path("etcd").expect("stock etcd (scripts/test.sh installs it)");
+    let etcd = crate::references::etcd();
     let data = tempfile::Builder::new()
         .prefix("ephd-it-etcd-")
         .tempdir()
@@ -58,7 +58,7 @@ fn stock_etcd(client_url: &str, peer_scheme: &str, peer: u16, flags: &[String]) 
 /// etcdctl against `https://127.0.0.1:{port}`, trusting `ca.crt`, with
 /// `client.crt` presented when `with_cert`.
 fn etcdctl(dir: &Path, port: u16, with_cert: bool, args: &[&str]) -> Output {
-    let mut cmd = Command::new("etcdctl");
+    let mut cmd = Command::new(crate::references::etcdctl());
     cmd.env("ETCDCTL_API", "3")
         .arg(format!("--endpoints=https://127.0.0.1:{port}"))
         .arg(format!("--cacert={}", dir.join("ca.crt").display()))

@@ -1,5 +1,5 @@
 // Command clientv3-driver drives an etcd-compatible cluster with etcd's own
-// Go client (clientv3 of etcd 3.4, as Debian ships it) and prints what
+// Go client (clientv3 3.6, the one kube-apiserver 1.34+ vendors) and prints what
 // happened as JSON lines on stdout, for tests/it/go_client to assert on.
 //
 // Why: kube-apiserver and most etcd users talk to etcd through this client,
@@ -40,7 +40,7 @@ import (
 	"sync"
 	"time"
 
-	"go.etcd.io/etcd/clientv3"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 func emit(m map[string]interface{}) {

@@ -263,7 +263,7 @@ fn etcd3gw_from_pypi_works_against_ephd() {
 #[test]
 fn etcdctl_check_datascale_reads_metrics_on_the_client_port() {
     let server = ephd(&[]);
-    let out = Command::new("etcdctl")
+    let out = Command::new(crate::references::etcdctl())
         .args([
             "--endpoints",
             &server.endpoint(),
@@ -343,7 +343,7 @@ fn tls_serves_http1_and_json_over_http2_beside_grpc() {
     ]);
     assert_eq!(range.json()["kvs"][0]["value"], "MQ==", "{range:?}");
     // gRPC over the same TLS port still works.
-    let out = Command::new("etcdctl")
+    let out = Command::new(crate::references::etcdctl())
         .args([
             "--endpoints",
             &base,

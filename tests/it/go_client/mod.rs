@@ -1,87 +1,29 @@
-//! etcd's own Go client (clientv3 of etcd 3.4, from Debian's
-//! `golang-etcd-server-dev`, built with Debian's Go 1.19) against a
-//! three-member ephd cluster, and the same scenario against a three-member
-//! stock etcd cluster for reference: the real grpc-go balancer spreading
+//! etcd's own Go client (clientv3 3.6, the one kube-apiserver 1.34+
+//! vendors) against a three-member ephd cluster, and the same scenario
+//! against a three-member stock etcd cluster for reference: the real grpc-go
+//! balancer spreading
 //! requests over every endpoint, `WithRequireLeader` watches, and the
 //! client's retries while the leader is killed.
 //!
-//! The driver (tests/go/clientv3-driver) is built once per test run into
-//! the target dir (Go's build cache sits there too, so a rebuild is fast);
-//! a missing Go or clientv3 fails the test loudly, it is never skipped:
-//! scripts/install-go-client.sh installs both (scripts/test.sh runs it).
+//! The driver (tests/go/clientv3-driver, a Go module of ours requiring
+//! `go.etcd.io/etcd/client/v3`) is built by scripts/install-references.sh;
+//! a missing driver fails the test loudly, it is never skipped.
 
 mod scenarios;
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::Value;
 
-/// Where Debian's golang-1.19-go puts the go tool.
-const DEBIAN_GO: &str = "/usr/lib/go-1.19/bin/go";
-
-/// Debian's GOPATH of Go library sources (golang-*-dev packages).
-const GOCODE: &str = "/usr/share/gocode";
-
-/// The go tool: `$EPHD_TEST_GO` when set, else Debian's Go 1.19.
-fn go_tool() -> PathBuf {
-    let go = std::env::var_os("EPHD_TEST_GO")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(DEBIAN_GO));
-    assert!(
-        go.is_file(),
-        "Go not found at {}: run scripts/install-go-client.sh (scripts/test.sh does) \
-         to install golang-1.19-go and golang-etcd-server-dev",
-        go.display()
-    );
-    let clientv3 = Path::new(GOCODE).join("src/go.etcd.io/etcd/clientv3");
-    assert!(
-        clientv3.is_dir(),
-        "etcd's Go client sources not found at {}: run scripts/install-go-client.sh \
-         (Debian package golang-etcd-server-dev)",
-        clientv3.display()
-    );
-    go
-}
-
-/// Builds the driver once per test run (GOPATH mode over Debian's Go
-/// sources, no network) and returns its path.
-pub fn driver_binary() -> &'static Path {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let go = go_tool();
-        let out_dir = Path::new(env!("CARGO_BIN_EXE_ephd"))
-            .parent()
-            .expect("target dir")
-            .join("go-clientv3-driver");
-        let bin = out_dir.join("clientv3-driver");
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/go/clientv3-driver");
-        let output = Command::new(&go)
-            .args(["build", "-o"])
-            .arg(&bin)
-            .arg(".")
-            .current_dir(&src)
-            .env("GO111MODULE", "off")
-            .env("GOPATH", GOCODE)
-            .env("GOCACHE", out_dir.join("cache"))
-            .env("GOFLAGS", "")
-            .env("GOPROXY", "off")
-            .env("CGO_ENABLED", "0")
-            .output()
-            .unwrap_or_else(|e| panic!("running {}: {e}", go.display()));
-        assert!(
-            output.status.success(),
-            "building the clientv3 driver failed ({}):\n{}{}",
-            output.status,
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
-        bin
-    })
+/// The driver, built by scripts/install-references.sh on clientv3 3.6 from
+/// its Go module; a missing driver fails the test with that command.
+pub fn driver_binary() -> PathBuf {
+    crate::references::binary("clientv3-driver")
 }
 
 /// A running driver: its JSON lines arrive on a channel; its stderr (grpc
@@ -97,15 +39,22 @@ pub struct Driver {
 impl Driver {
     /// Starts `scenario` against `endpoints` with `extra` driver flags.
     pub fn start(scenario: &str, endpoints: &[String], extra: &[&str]) -> Driver {
-        let mut child = Command::new(driver_binary())
-            .arg(format!("-endpoints={}", endpoints.join(",")))
+        let mut cmd = Command::new(driver_binary());
+        cmd.arg(format!("-endpoints={}", endpoints.join(",")))
             .arg(format!("-scenario={scenario}"))
-            .args(extra)
+            .args(extra);
+        Driver::spawn(cmd)
+    }
+
+    /// Starts any driver that speaks the same JSON lines (one object with
+    /// a "step" per line, "fatal" on failure), for example the kube-driver.
+    pub fn spawn(mut cmd: Command) -> Driver {
+        let mut child = cmd
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .expect("spawn the clientv3 driver");
+            .unwrap_or_else(|e| panic!("spawn the driver {cmd:?}: {e}"));
         let (tx, lines) = mpsc::channel();
         let stdout = child.stdout.take().expect("stdout");
         std::thread::spawn(move || {

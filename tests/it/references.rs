@@ -1,0 +1,51 @@
+//! The reference programs built from published Go modules by
+//! scripts/install-references.sh (scripts/test.sh runs it): stock etcd and
+//! etcdctl 3.6 and 3.7, kine, kube-apiserver, and our Go drivers built on
+//! etcd's and Kubernetes' own clients.
+//!
+//! A test that needs one and does not find it fails with the command that
+//! builds it; it never skips.
+
+use std::path::PathBuf;
+
+/// The etcd release every differential test compares ephd with: the one
+/// kube-apiserver 1.34 and later ship with.
+pub const ETCD: &str = "etcd-3.6";
+
+/// etcdctl of [`ETCD`]'s release.
+pub const ETCDCTL: &str = "etcdctl-3.6";
+
+/// Where install-references.sh puts its binaries: `$EPHD_REFERENCES/bin`,
+/// by default `~/.cache/ephd/references/bin`.
+pub fn dir() -> PathBuf {
+    let base = std::env::var_os("EPHD_REFERENCES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            let home = std::env::var_os("HOME").unwrap_or_else(|| "/root".into());
+            PathBuf::from(home).join(".cache/ephd/references")
+        });
+    base.join("bin")
+}
+
+/// The path of reference binary `name` (for example [`ETCD`]); panics with
+/// the command that builds it when it is missing.
+pub fn binary(name: &str) -> PathBuf {
+    let path = dir().join(name);
+    assert!(
+        path.is_file(),
+        "reference binary {} is missing: run scripts/install-references.sh \
+         (scripts/test.sh runs it) to build it from its Go module",
+        path.display()
+    );
+    path
+}
+
+/// Stock etcd of the differential reference release.
+pub fn etcd() -> PathBuf {
+    binary(ETCD)
+}
+
+/// Stock etcdctl of the differential reference release.
+pub fn etcdctl() -> PathBuf {
+    binary(ETCDCTL)
+}
