@@ -19,6 +19,7 @@ pub fn status(err: Error) -> tonic::Status {
         Code::PermissionDenied => tonic::Code::PermissionDenied,
         Code::Unauthenticated => tonic::Code::Unauthenticated,
         Code::Unknown => tonic::Code::Unknown,
+        Code::DeadlineExceeded => tonic::Code::DeadlineExceeded,
     };
     tonic::Status::new(code, err.message())
 }

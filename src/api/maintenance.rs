@@ -3,7 +3,7 @@
 //! so defragmentation has nothing to do.
 
 use super::snapshot::SnapshotOut;
-use super::{status, Shared, ETCD_VERSION};
+use super::{status, Shared, ETCD_VERSION, STORAGE_VERSION};
 use crate::error::Error;
 use crate::mvcc::{AlarmAction, AlarmMember};
 use crate::proto::etcdserverpb::{self as pb, maintenance_server::Maintenance};
@@ -21,7 +21,10 @@ impl Maintenance for MaintenanceService {
     ) -> Result<Response<pb::AlarmResponse>, Status> {
         let r = r.into_inner();
         let Shared {
-            store, proposer, ..
+            store,
+            proposer,
+            info,
+            ..
         } = &self.0;
         let action = match r.action {
             1 => AlarmAction::Activate,
@@ -40,10 +43,8 @@ impl Maintenance for MaintenanceService {
                 alarm: a.alarm,
             })
             .collect();
-        // etcd's Alarm answers without a header (its maintenance server
-        // fills none for it).
         Ok(Response::new(pb::AlarmResponse {
-            header: None,
+            header: info.header(store.current_revision()),
             alarms,
         }))
     }
@@ -84,7 +85,11 @@ impl Maintenance for MaintenanceService {
             raft_applied_index,
             errors: store.alarms().iter().map(alarm_text).collect(),
             is_learner: proposer.node().is_some_and(|n| n.is_learner()),
-            ..Default::default()
+            storage_version: STORAGE_VERSION.to_string(),
+            // The quota this member refuses writes at (0: none).
+            db_size_quota: store.config().quota_bytes.unwrap_or(0),
+            // No downgrade is ever in progress.
+            downgrade_info: Some(pb::DowngradeInfo::default()),
         }))
     }
 

@@ -42,6 +42,10 @@ use std::time::Duration;
 /// RequestWatchProgress only for etcd >= 3.5.13, so report a 3.6 release.
 pub const ETCD_VERSION: &str = "3.6.5";
 
+/// The storage (data format) version Maintenance.Status reports, as etcd
+/// 3.6 reports its own.
+pub const STORAGE_VERSION: &str = "3.6.0";
+
 /// Identity and limits shared by every service.
 #[derive(Debug, Clone)]
 pub struct ServerInfo {

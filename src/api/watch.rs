@@ -147,7 +147,7 @@ fn handle(shared: &Shared, ws: &mut WatchStream, req: pb::WatchRequest) -> Vec<O
             ws.cancel(&shared.store, c.watch_id).into_iter().collect()
         }
         Some(RequestUnion::ProgressRequest(_)) => {
-            ws.request_progress();
+            ws.request_progress(&shared.store);
             Vec::new()
         }
         None => Vec::new(),

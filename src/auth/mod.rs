@@ -29,7 +29,7 @@ mod tokens;
 #[cfg(test)]
 mod tests;
 
-pub use crate::error::{AuthError, MaintenanceRefusal, WATCH_PERMISSION_DENIED};
+pub use crate::error::{AuthError, WATCH_PERMISSION_DENIED};
 pub use image::AuthImage;
 pub use perms::{PermKind, Permission};
 pub use state::{Role, State, User, ROOT};
@@ -336,15 +336,19 @@ impl AuthStore {
     }
 
     /// Who a request comes from: its token (`token` or `authorization`
-    /// metadata) or else, while enabled, its verified TLS client
-    /// certificate's common name. `Ok(None)`: auth is disabled and no token
-    /// was given. An unknown or lapsed token is "invalid auth token", which
-    /// clients answer by authenticating again.
+    /// metadata) or else its verified TLS client certificate's common name.
+    /// `Ok(None)`: auth is disabled, and then a token is not looked at
+    /// (etcd 3.6 ignores tokens while auth is off, including ones issued
+    /// before it was disabled). An unknown or lapsed token is "invalid auth
+    /// token", which clients answer by authenticating again.
     pub fn caller(
         &self,
         token: Option<&str>,
         common_name: Option<&str>,
     ) -> Result<Option<AuthInfo>> {
+        if !self.enabled() {
+            return Ok(None);
+        }
         if let Some(t) = token {
             return match self.tokens.user(t) {
                 Some(user) => Ok(Some(AuthInfo {
@@ -353,9 +357,6 @@ impl AuthStore {
                 })),
                 None => Err(AuthError::InvalidAuthToken.into()),
             };
-        }
-        if !self.enabled() {
-            return Ok(None);
         }
         Ok(Some(match common_name {
             Some(cn) => AuthInfo {

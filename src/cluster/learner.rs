@@ -1,11 +1,11 @@
 //! What a learner serves to clients. A learner receives the log but does
-//! not vote and does not count for commits, so etcd 3.4 keeps clients off
-//! it: it answers Maintenance.Status and serializable Ranges, and refuses
-//! every other client call, unary or stream, of every client service (KV,
-//! Watch, Lease, Cluster, Maintenance, Auth, Lock, Election, gRPC health)
-//! with `etcdserver: rpc not supported for learner` (Unavailable), before
-//! any other check. Checked call by call against a stock etcd 3.4 learner
-//! in `tests/it/cluster_learner.rs`.
+//! not vote and does not count for commits, so etcd keeps clients off it:
+//! it answers Maintenance.Status, Maintenance.Snapshot and serializable
+//! Ranges, and refuses every other client call, unary or stream, of every
+//! client service (KV, Watch, Lease, Cluster, Maintenance, Auth, Lock,
+//! Election, gRPC health) with `etcdserver: rpc not supported for learner`
+//! (FailedPrecondition), before any other check. Checked call by call
+//! against a stock etcd 3.6 learner in `tests/it/cluster_learner.rs`.
 //!
 //! Whether this member is a learner is read from the applied membership
 //! at each call, so a promoted learner serves everything from the moment
@@ -30,7 +30,11 @@ const CLIENT_SERVICES: &[&str] = &[
 
 /// The client calls a learner serves whatever they carry (a Range is
 /// served only when serializable, which the KV service checks).
-const SERVED: &[&str] = &["/etcdserverpb.Maintenance/Status", "/etcdserverpb.KV/Range"];
+const SERVED: &[&str] = &[
+    "/etcdserverpb.Maintenance/Status",
+    "/etcdserverpb.Maintenance/Snapshot",
+    "/etcdserverpb.KV/Range",
+];
 
 impl Node {
     /// Whether this member is a learner in the applied membership.
@@ -104,7 +108,7 @@ mod tests {
     }
 
     #[test]
-    fn a_learner_serves_status_and_range_only() {
+    fn a_learner_serves_status_snapshot_and_range_only() {
         for served in SERVED {
             assert!(!refuses(served), "{served}");
         }
@@ -114,7 +118,7 @@ mod tests {
             "/etcdserverpb.Watch/Watch",
             "/etcdserverpb.Lease/LeaseKeepAlive",
             "/etcdserverpb.Cluster/MemberList",
-            "/etcdserverpb.Maintenance/Snapshot",
+            "/etcdserverpb.Maintenance/Defragment",
             "/etcdserverpb.Auth/Authenticate",
             "/v3lockpb.Lock/Lock",
             "/v3electionpb.Election/Observe",
@@ -126,7 +130,7 @@ mod tests {
             assert!(!refuses(http), "{http}");
         }
         let s = refusal();
-        assert_eq!(s.code(), tonic::Code::Unavailable);
+        assert_eq!(s.code(), tonic::Code::FailedPrecondition);
         assert_eq!(s.message(), "etcdserver: rpc not supported for learner");
     }
 }

@@ -256,7 +256,7 @@ impl Node {
     /// lost" when that is why, see `timeouts.rs`) and is never proposed
     /// again (it may still commit later). As in etcd, a member that knows
     /// no leader holds the write until it knows one (an election), and
-    /// answers `context deadline exceeded` (Unknown) if none comes within
+    /// answers `context deadline exceeded` (DeadlineExceeded) if none comes within
     /// the timeout; so does a write the Raft loop took and held because
     /// the leader was lost just before (never proposed, then). Writes then
     /// wait for the initial revision

@@ -41,41 +41,9 @@ pub enum AuthError {
     AuthOldRevision,
     /// RoleGrantPermission without a permission.
     PermissionNotGiven,
-    /// Authenticate as a user added with `no_password`: etcd 3.4 lets its
+    /// Authenticate as a user added with `no_password`: etcd lets its
     /// auth package's own error through, as gRPC Unknown.
     NoPasswordUser,
-    /// A `root`-only Maintenance call (HashKV, Defragment, ...) refused:
-    /// etcd 3.4's maintenance server lets its auth package's error through
-    /// as gRPC Unknown with the package's own text; this wraps the error
-    /// the same check gives elsewhere.
-    Maintenance(MaintenanceRefusal),
-}
-
-/// Why a `root`-only Maintenance call was refused (etcd's auth package
-/// texts).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MaintenanceRefusal {
-    /// No user.
-    UserEmpty,
-    /// The user does not exist.
-    UserNotFound,
-    /// Not `root`.
-    PermissionDenied,
-}
-
-impl AuthError {
-    /// The form etcd's Maintenance service gives this error when it
-    /// refuses a `root`-only call.
-    pub fn in_maintenance(self) -> AuthError {
-        match self {
-            AuthError::UserEmpty => AuthError::Maintenance(MaintenanceRefusal::UserEmpty),
-            AuthError::UserNotFound => AuthError::Maintenance(MaintenanceRefusal::UserNotFound),
-            AuthError::PermissionDenied => {
-                AuthError::Maintenance(MaintenanceRefusal::PermissionDenied)
-            }
-            other => other,
-        }
-    }
 }
 
 /// The `cancel_reason` of a Watch create refused for lack of READ: the
@@ -94,7 +62,7 @@ impl AuthError {
             UserEmpty | RoleEmpty | AuthFailed | InvalidAuthMgmt | AuthOldRevision
             | PermissionNotGiven => Code::InvalidArgument,
             PermissionDenied => Code::PermissionDenied,
-            NoPasswordUser | Maintenance(_) => Code::Unknown,
+            NoPasswordUser => Code::Unknown,
             InvalidAuthToken => Code::Unauthenticated,
             RootUserNotExist | RootRoleNotExist | UserAlreadyExist | UserNotFound
             | RoleAlreadyExist | RoleNotFound | RoleNotGranted | PermissionNotGranted => {
@@ -126,9 +94,6 @@ impl AuthError {
             NoPasswordUser => {
                 "auth: authentication failed, password was given for no password user"
             }
-            Maintenance(MaintenanceRefusal::UserEmpty) => "auth: user name is empty",
-            Maintenance(MaintenanceRefusal::UserNotFound) => "auth: user not found",
-            Maintenance(MaintenanceRefusal::PermissionDenied) => "auth: permission denied",
         }
     }
 }

@@ -10,7 +10,7 @@
 
 mod auth;
 
-pub use auth::{AuthError, MaintenanceRefusal, WATCH_PERMISSION_DENIED};
+pub use auth::{AuthError, WATCH_PERMISSION_DENIED};
 
 use std::fmt;
 
@@ -38,6 +38,9 @@ pub enum Code {
     PermissionDenied,
     /// Auth: the token is unknown or expired.
     Unauthenticated,
+    /// The request's deadline passed before it could be served (a write
+    /// waiting for a leader).
+    DeadlineExceeded,
     /// An error etcd lets through without a gRPC code of its own (some of
     /// its auth package's, and ones missing from its gRPC error table).
     Unknown,
@@ -88,7 +91,7 @@ pub enum Error {
     NoLeader,
     /// Cluster mode: a write that found no leader to propose it to within
     /// the request timeout. etcd holds such a proposal on the request's Go
-    /// context, and answers that context's error text with code Unknown.
+    /// context, and answers that context's error (code DeadlineExceeded).
     NoLeaderInTime,
     /// Cluster mode: a write the leader refused to take into its log
     /// (leadership is being handed over): raft's error, which etcd passes
@@ -147,8 +150,8 @@ pub enum Error {
     /// A reconfiguration while this member is not connected to every
     /// voter: it could break the active quorum.
     Unhealthy,
-    /// A client call a learner does not serve (everything but Status and
-    /// serializable Ranges, as etcd 3.4).
+    /// A client call a learner does not serve (everything but Status,
+    /// Snapshot and serializable Ranges, as etcd 3.6).
     NotSupportedForLearner,
 }
 
@@ -166,16 +169,16 @@ impl Error {
             | Error::RequestTooLarge => Code::InvalidArgument,
             Error::Compacted | Error::FutureRev | Error::LeaseTtlTooLarge => Code::OutOfRange,
             Error::LeaseNotFound | Error::MemberNotFound => Code::NotFound,
-            Error::MemberNotEnoughStarted | Error::NoLeaderInTime | Error::ProposalDropped => {
-                Code::Unknown
-            }
+            Error::MemberNotEnoughStarted | Error::ProposalDropped => Code::Unknown,
+            Error::NoLeaderInTime => Code::DeadlineExceeded,
             Error::MemberExist
             | Error::PeerUrlExist
             | Error::MemberNotLearner
             | Error::LearnerNotReady
-            | Error::TooManyLearners => Code::FailedPrecondition,
+            | Error::TooManyLearners
+            | Error::NotSupportedForLearner => Code::FailedPrecondition,
             Error::MemberBadUrls => Code::InvalidArgument,
-            Error::Unhealthy | Error::NotSupportedForLearner => Code::Unavailable,
+            Error::Unhealthy => Code::Unavailable,
             Error::LeaseExist | Error::AuthNotEnabled => Code::FailedPrecondition,
             Error::Stopped
             | Error::StreamShutdown
@@ -369,7 +372,7 @@ mod tests {
             (Error::NoLeader, Code::Unavailable, "etcdserver: no leader"),
             (
                 Error::NoLeaderInTime,
-                Code::Unknown,
+                Code::DeadlineExceeded,
                 "context deadline exceeded",
             ),
             (
@@ -439,7 +442,7 @@ mod tests {
             ),
             (
                 Error::NotSupportedForLearner,
-                Code::Unavailable,
+                Code::FailedPrecondition,
                 "etcdserver: rpc not supported for learner",
             ),
         ];

@@ -36,53 +36,15 @@ fn message(name: &str) -> Result<prost_reflect::MessageDescriptor, Status> {
 
 /// The protobuf encoding of the JSON `value` read as message `name`.
 /// A body that is not such a message is InvalidArgument, as etcd's gateway
-/// answers it (HTTP 400).
+/// answers it (HTTP 400). Unknown fields and unknown enum names are
+/// ignored (the field keeps its default), as etcd 3.6's gateway reads JSON
+/// (protojson with `DiscardUnknown`).
 pub fn encode_value(name: &str, value: serde_json::Value) -> Result<Vec<u8>, Status> {
     let desc = message(name)?;
-    let mut value = value;
-    drop_unknown_fields(&desc, &mut value);
-    // Unknown fields are gone; an unknown enum name is still an error.
-    let options = DeserializeOptions::new().deny_unknown_fields(true);
+    let options = DeserializeOptions::new().deny_unknown_fields(false);
     let msg = DynamicMessage::deserialize_with_options(desc, value, &options)
         .map_err(|e| Status::invalid_argument(e.to_string()))?;
     Ok(msg.encode_to_vec())
-}
-
-/// Removes from `value` (a JSON message of type `desc`) every field the
-/// message does not have, at any depth: jsonpb ignores unknown fields but
-/// refuses unknown enum names, and prost-reflect's one switch covers both.
-fn drop_unknown_fields(desc: &prost_reflect::MessageDescriptor, value: &mut serde_json::Value) {
-    let serde_json::Value::Object(map) = value else {
-        return;
-    };
-    map.retain(|key, _| {
-        desc.get_field_by_name(key).is_some() || desc.get_field_by_json_name(key).is_some()
-    });
-    for (key, item) in map.iter_mut() {
-        let field = desc
-            .get_field_by_name(key)
-            .or_else(|| desc.get_field_by_json_name(key));
-        let Some(field) = field else { continue };
-        let prost_reflect::Kind::Message(inner) = field.kind() else {
-            continue;
-        };
-        if field.is_map() {
-            let value_field = inner.map_entry_value_field();
-            if let (prost_reflect::Kind::Message(v), serde_json::Value::Object(entries)) =
-                (value_field.kind(), &mut *item)
-            {
-                entries
-                    .values_mut()
-                    .for_each(|e| drop_unknown_fields(&v, e));
-            }
-        } else if let serde_json::Value::Array(items) = item {
-            items
-                .iter_mut()
-                .for_each(|e| drop_unknown_fields(&inner, e));
-        } else {
-            drop_unknown_fields(&inner, item);
-        }
-    }
 }
 
 /// The first JSON value of `body` read as message `name`, encoded; an
@@ -114,12 +76,13 @@ pub fn to_json(name: &str, bytes: &[u8]) -> Result<String, Status> {
     String::from_utf8(out).map_err(|e| Status::internal(e.to_string()))
 }
 
-/// The HTTP status etcd's gateway answers a gRPC code with.
+/// The HTTP status etcd's gateway (grpc-gateway v2, etcd 3.6) answers a
+/// gRPC code with.
 pub fn http_status(code: tonic::Code) -> u16 {
     use tonic::Code::*;
     match code {
         Ok => 200,
-        Cancelled => 408,
+        Cancelled => 499,
         Unknown => 500,
         InvalidArgument => 400,
         DeadlineExceeded => 504,
@@ -128,7 +91,7 @@ pub fn http_status(code: tonic::Code) -> u16 {
         PermissionDenied => 403,
         Unauthenticated => 401,
         ResourceExhausted => 429,
-        FailedPrecondition => 412,
+        FailedPrecondition => 400,
         Aborted => 409,
         OutOfRange => 400,
         Unimplemented => 501,
@@ -138,46 +101,21 @@ pub fn http_status(code: tonic::Code) -> u16 {
     }
 }
 
-/// The reason phrase of an HTTP status, as Go's `http.StatusText` spells
-/// the ones [`http_status`] gives.
-fn status_text(status: u16) -> &'static str {
-    match status {
-        200 => "OK",
-        400 => "Bad Request",
-        401 => "Unauthorized",
-        403 => "Forbidden",
-        404 => "Not Found",
-        408 => "Request Timeout",
-        409 => "Conflict",
-        412 => "Precondition Failed",
-        429 => "Too Many Requests",
-        501 => "Not Implemented",
-        503 => "Service Unavailable",
-        504 => "Gateway Timeout",
-        _ => "Internal Server Error",
-    }
-}
-
-/// The body of a failed call: `{"error":…,"message":…,"code":…}`, as etcd
-/// 3.4's gateway writes it.
+/// The body of a failed call: `{"code":…,"message":…}`, the gRPC status
+/// as etcd 3.6's gateway writes it.
 pub fn error_body(status: &Status) -> String {
-    let message = quoted(status.message());
     format!(
-        r#"{{"error":{message},"message":{message},"code":{}}}"#,
-        status.code() as i32
+        r#"{{"code":{},"message":{}}}"#,
+        status.code() as i32,
+        quoted(status.message())
     )
 }
 
 /// The line a stream ends with when its call fails after it started:
-/// `{"error":{"grpc_code":…,"http_code":…,"message":…,"http_status":…}}`.
+/// `{"error":{"code":…,"message":…}}`, the gRPC status under "error" as
+/// grpc-gateway v2 (etcd 3.6) writes it.
 pub fn stream_error_line(status: &Status) -> String {
-    let http = http_status(status.code());
-    format!(
-        "{{\"error\":{{\"grpc_code\":{},\"http_code\":{http},\"message\":{},\"http_status\":{}}}}}\n",
-        status.code() as i32,
-        quoted(status.message()),
-        quoted(status_text(http)),
-    )
+    format!("{{\"error\":{}}}\n", error_body(status))
 }
 
 /// `s` as a JSON string.
@@ -267,12 +205,13 @@ mod tests {
         let s = Status::invalid_argument("etcdserver: key is not provided");
         assert_eq!(
             error_body(&s),
-            r#"{"error":"etcdserver: key is not provided","message":"etcdserver: key is not provided","code":3}"#
+            r#"{"code":3,"message":"etcdserver: key is not provided"}"#
         );
         assert_eq!(http_status(s.code()), 400);
+        assert_eq!(http_status(tonic::Code::FailedPrecondition), 400);
         assert_eq!(
             stream_error_line(&Status::not_found("x")),
-            "{\"error\":{\"grpc_code\":5,\"http_code\":404,\"message\":\"x\",\"http_status\":\"Not Found\"}}\n"
+            "{\"error\":{\"code\":5,\"message\":\"x\"}}\n"
         );
     }
 }

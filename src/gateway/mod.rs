@@ -74,11 +74,12 @@ pub fn client_routes(grpc: tonic::service::Routes, shared: &Shared) -> tonic::se
 }
 
 /// The method router of one gateway path: POST calls, OPTIONS answers a
-/// CORS preflight, anything else is 405 as etcd's gateway answers it.
+/// CORS preflight, anything else is etcd 3.6's gateway answer (501,
+/// Unimplemented "Method Not Allowed").
 fn gateway_route(route: &'static Route, service: GrpcService, limit: usize) -> MethodRouter {
     post(move |headers: HeaderMap, body: Body| handle(route, service.clone(), limit, headers, body))
         .options(|| async { StatusCode::OK })
-        .fallback(|| async { text(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed\n") })
+        .fallback(|| async { error(&Status::unimplemented("Method Not Allowed")) })
 }
 
 /// The CORS headers etcd sends with every HTTP response of the client port
@@ -139,7 +140,7 @@ async fn not_found(req: axum::extract::Request) -> Response {
             .is_some_and(|s| s.starts_with('/'))
     });
     if under_gateway {
-        with_cors(text(StatusCode::NOT_FOUND, "Not Found\n"))
+        with_cors(error(&Status::not_found("Not Found")))
     } else {
         http_not_found()
     }

@@ -1,4 +1,4 @@
-//! The unstable sort etcd's Range uses (Go 1.19's `sort.Sort`, a
+//! The unstable sort etcd's Range uses (Go's `sort.Sort` since Go 1.21, a
 //! pattern-defeating quicksort), reimplemented so that kvs with equal sort
 //! keys (same version, same value, ...) come back in the same order as from
 //! stock etcd. A stable sort would differ as soon as a range sorts more than
@@ -13,7 +13,8 @@ enum Hint {
     Decreasing,
 }
 
-/// Sorts `v` ascending by `cmp`, ordering ties exactly as Go 1.19's `sort.Sort`.
+/// Sorts `v` ascending by `cmp`, ordering ties exactly as Go's `sort.Sort`
+/// (Go 1.21 and later, which etcd 3.6 is built with).
 pub(crate) fn sort<T, F: Fn(&T, &T) -> Ordering>(v: &mut [T], cmp: F) {
     let n = v.len();
     if n <= 1 {
@@ -237,8 +238,8 @@ impl<T, L: Fn(&T, &T) -> bool> Sorter<'_, T, L> {
             let idx = a + (length / 4) * 2 - 1;
             for i in 0..3 {
                 random ^= random << 13;
-                random ^= random >> 17;
-                random ^= random << 5;
+                random ^= random >> 7;
+                random ^= random << 17;
                 let mut other = (random & (modulus - 1)) as usize;
                 if other >= length {
                     other -= length;

@@ -187,7 +187,7 @@ fn requested_progress_comes_after_every_pending_event() {
     for _ in 0..10 {
         put(&store, "k1");
     }
-    ws.request_progress();
+    ws.request_progress(&store);
     let mut outs = Vec::new();
     for _ in 0..20 {
         outs.extend(ws.poll(&store, 3));
@@ -207,14 +207,42 @@ fn requested_progress_comes_after_every_pending_event() {
     );
 }
 
+/// etcd 3.6 answers a progress request only while every watcher of the
+/// stream is synced, and drops it otherwise (kube-apiserver asks again).
 #[test]
-fn progress_on_a_stream_without_watchers_is_answered_at_once() {
+fn progress_is_not_answered_while_a_watcher_is_unsynced_or_absent() {
     let store = Store::new(StoreConfig::default());
-    let r = put(&store, "x");
+    let first = put(&store, "k1");
+    put(&store, "k1");
     let mut ws = WatchStream::new();
-    ws.request_progress();
+    ws.request_progress(&store);
+    assert!(ws.poll(&store, 10).is_empty(), "no watcher: no answer");
+
+    // Replaying history: unsynced until caught up.
+    watch(&store, &mut ws, prefix(first));
+    ws.request_progress(&store);
+    let outs = ws.poll(&store, 10);
+    assert!(!delivered(&outs).is_empty());
+    assert!(
+        !outs.iter().any(|o| matches!(o, Output::Progress { .. })),
+        "asked while replaying: dropped"
+    );
+    ws.request_progress(&store);
+    assert!(matches!(
+        ws.poll(&store, 10).as_slice(),
+        [Output::Progress { watch_id: -1, .. }]
+    ));
+
+    // A watcher that starts above the current revision holds it back.
+    let current = store.log().latest();
+    watch(&store, &mut ws, prefix(current + 1));
+    ws.request_progress(&store);
+    assert!(ws.poll(&store, 10).is_empty(), "future watcher: no answer");
+    let r = put(&store, "k1");
+    ws.poll(&store, 10);
+    ws.request_progress(&store);
     assert_eq!(
-        ws.poll(&store, 1),
+        ws.poll(&store, 10),
         vec![Output::Progress {
             watch_id: -1,
             revision: r

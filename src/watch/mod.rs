@@ -108,6 +108,9 @@ struct Watcher {
     next_rev: i64,
     // No events sent since the last periodic progress tick.
     idle: bool,
+    // Created to replay history (a start revision at or below the current
+    // one) and not caught up since: etcd's "unsynced" watcher.
+    catching_up: bool,
 }
 
 /// One client stream's watchers; see the module docs.
@@ -186,6 +189,7 @@ impl WatchStream {
                 spec,
                 next_rev: start,
                 idle: true,
+                catching_up: start <= current,
             },
         );
         out
@@ -199,10 +203,22 @@ impl WatchStream {
         })
     }
 
-    /// Asks for a stream-wide progress notification, sent by the next
-    /// [`WatchStream::poll`] once every watcher has caught up.
-    pub fn request_progress(&mut self) {
-        self.progress_requested = true;
+    /// A stream-wide progress request, answered as etcd 3.6 answers it: not
+    /// at all when the stream has no watcher, or when one of its watchers is
+    /// still replaying history or starts above the current revision (etcd
+    /// sends progress only while every watcher of the stream is synced, and
+    /// drops the request otherwise; clients ask again). Otherwise the next
+    /// [`WatchStream::poll`] answers it once the events already written are
+    /// delivered, so the revision never overtakes an event.
+    pub fn request_progress(&mut self, store: &Store) {
+        let current = store.log().latest();
+        let synced = |w: &Watcher| {
+            let start = w.spec.start_revision;
+            !w.catching_up && (start == 0 || start <= current)
+        };
+        if !self.watchers.is_empty() && self.watchers.values().all(synced) {
+            self.progress_requested = true;
+        }
     }
 
     /// Whether some watcher still has committed revisions to read.
@@ -258,6 +274,9 @@ impl WatchStream {
                     .map(|e| deliverable(&w.spec, e, compacted))
                     .collect();
                 w.next_rev = upto + 1;
+                if w.next_rev > latest {
+                    w.catching_up = false;
+                }
                 if !events.is_empty() {
                     w.idle = false;
                     out.push(Output::Events {
@@ -271,8 +290,7 @@ impl WatchStream {
         }
         if self.progress_requested && !self.behind(store) {
             // Answered once every watcher has caught up, so the revision never
-            // overtakes an event; a stream without watchers is answered at
-            // once, as etcd does.
+            // overtakes an event.
             self.progress_requested = false;
             out.push(Output::Progress {
                 watch_id: -1,

@@ -19,7 +19,6 @@ impl Drop for Killed {
 
 fn etcdctl(dir: &Path, port: u16, cert: &str, args: &[&str]) -> Output {
     Command::new(crate::references::etcdctl())
-        .env("ETCDCTL_API", "3")
         .arg(format!("--endpoints=https://127.0.0.1:{port}"))
         .arg(format!("--cacert={}", dir.join("ca.crt").display()))
         .arg(format!(

@@ -41,8 +41,7 @@ fn etcdctl_command(endpoint: &str, args: &[String]) -> Command {
 /// An etcdctl v3 command with `--endpoints` exactly as given.
 fn etcdctl_command_verbatim(endpoints: &str, args: &[String]) -> Command {
     let mut cmd = Command::new(etcdctl_path());
-    cmd.env("ETCDCTL_API", "3")
-        .arg(format!("--endpoints={endpoints}"))
+    cmd.arg(format!("--endpoints={endpoints}"))
         .arg("--dial-timeout=3s")
         .arg("--command-timeout=5s")
         .args(args);

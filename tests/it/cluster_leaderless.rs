@@ -288,8 +288,8 @@ async fn a_member_without_a_leader_waits_for_one_and_answers_as_stock_etcd() {
     let (etcd, ephd) =
         on_stock_etcd_then_ephd(TIMING, |e, p| async move { scenario(&e, &p).await }).await;
 
-    // What etcd 3.4 answers, so a change in the reference shows too.
-    let deadline = "Unknown: context deadline exceeded".to_string();
+    // What etcd 3.6 answers, so a change in the reference shows too.
+    let deadline = "DeadlineExceeded: context deadline exceeded".to_string();
     let expected = Seen {
         leaderless: vec![
             ("put", deadline.clone()),

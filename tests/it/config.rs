@@ -315,7 +315,6 @@ fn an_etcd_config_file_configures_ephd_as_it_configures_etcd() {
 /// etcdctl over TLS with the client certificate.
 fn etcdctl_tls(dir: &Path, port: u16, args: &[&str]) -> std::process::Output {
     Command::new(crate::references::etcdctl())
-        .env("ETCDCTL_API", "3")
         .arg(format!("--endpoints=https://127.0.0.1:{port}"))
         .arg(format!("--cacert={}", dir.join("ca.crt").display()))
         .arg(format!("--cert={}", dir.join("client.crt").display()))

@@ -88,7 +88,6 @@ fn http_status(ip: &str, port: u16, path: &str) -> String {
 /// etcdctl against `ip:2479` over TLS with the client certificate.
 fn etcdctl(dir: &Path, ip: &str, args: &[&str]) -> std::process::Output {
     Command::new(crate::cli::etcdctl_path())
-        .env("ETCDCTL_API", "3")
         .arg(format!("--endpoints=https://{ip}:2479"))
         .arg(format!("--cacert={}", dir.join("etcd-ca.crt").display()))
         .arg(format!("--cert={}", dir.join("client.crt").display()))

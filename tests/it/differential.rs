@@ -30,7 +30,7 @@ use crate::harness::{Server, StockEtcd};
 use crate::support;
 use ephd::proto::mvccpb::Event;
 use history::WatchSpec;
-use ops::{Generator, Model, Op};
+use ops::{Generator, Model, Op, WATCH_STREAMS};
 use target::{Outcome, Target, WatchHandle, HISTORY_STREAM, IMPATIENT_TIMEOUT};
 
 const DEFAULT_SEEDS: [u64; 4] = [0x5EED_0001, 0x5EED_0002, 0x5EED_0003, 0x5EED_0004];
@@ -81,6 +81,7 @@ pub async fn run_seed(reference: &str, candidate: &str, seed: u64, n_ops: usize)
             ..Model::default()
         },
         watches: Vec::new(),
+        stream_watches: [(0, true); WATCH_STREAMS],
         mismatches: Vec::new(),
         seed,
     };
@@ -166,6 +167,9 @@ struct Driver {
     b: Target,
     model: Model,
     watches: Vec<Registered>,
+    /// Per ordinary stream: live watches created on the reference, and
+    /// whether all of them started at the current revision.
+    stream_watches: [(usize, bool); WATCH_STREAMS],
     mismatches: Vec<Mismatch>,
     seed: u64,
 }
@@ -258,6 +262,13 @@ impl Driver {
                         .then(tokio::time::Instant::now),
                 });
                 self.model.watches += 1;
+                let live = matches!(ra, Outcome::WatchCreated(Ok(r)) if r.created && !r.canceled);
+                if live && *stream < WATCH_STREAMS {
+                    let was = self.stream_watches[*stream];
+                    self.stream_watches[*stream] = (was.0 + 1, was.1 && req.start_revision == 0);
+                    let (count, all_current) = self.stream_watches[*stream];
+                    self.model.progress_streams[*stream] = count > 0 && all_current;
+                }
             }
             _ => {}
         }

@@ -228,7 +228,6 @@ impl Background {
         use std::io::BufRead;
         let host = endpoint.trim_start_matches("http://");
         let mut child = std::process::Command::new(crate::cli::etcdctl_path())
-            .env("ETCDCTL_API", "3")
             .arg(format!("--endpoints={host}"))
             .args(args)
             .stdin(std::process::Stdio::null())

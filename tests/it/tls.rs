@@ -221,8 +221,7 @@ pub(crate) fn start_tls_ephd(dir: &Path, certs: ClientCerts) -> (Killed, u16) {
 
 fn etcdctl(dir: &Path, port: u16, with_client_cert: bool, args: &[&str]) -> std::process::Output {
     let mut cmd = Command::new(crate::references::etcdctl());
-    cmd.env("ETCDCTL_API", "3")
-        .arg(format!("--endpoints=https://127.0.0.1:{port}"))
+    cmd.arg(format!("--endpoints=https://127.0.0.1:{port}"))
         .arg(format!("--cacert={}", dir.join("ca.crt").display()))
         .arg("--dial-timeout=3s")
         .arg("--command-timeout=3s");

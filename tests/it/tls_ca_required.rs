@@ -59,8 +59,7 @@ fn stock_etcd(client_url: &str, peer_scheme: &str, peer: u16, flags: &[String]) 
 /// `client.crt` presented when `with_cert`.
 fn etcdctl(dir: &Path, port: u16, with_cert: bool, args: &[&str]) -> Output {
     let mut cmd = Command::new(crate::references::etcdctl());
-    cmd.env("ETCDCTL_API", "3")
-        .arg(format!("--endpoints=https://127.0.0.1:{port}"))
+    cmd.arg(format!("--endpoints=https://127.0.0.1:{port}"))
         .arg(format!("--cacert={}", dir.join("ca.crt").display()))
         .args(["--dial-timeout=3s", "--command-timeout=3s"]);
     if with_cert {

@@ -136,8 +136,7 @@ impl Ephd {
 
     fn etcdctl(&self, ca: &Path, client: Option<(&Path, &Path)>, args: &[&str]) -> Output {
         let mut cmd = Command::new(crate::references::etcdctl());
-        cmd.env("ETCDCTL_API", "3")
-            .arg(format!("--endpoints=https://127.0.0.1:{}", self.port))
+        cmd.arg(format!("--endpoints=https://127.0.0.1:{}", self.port))
             .arg(format!("--cacert={}", ca.display()))
             .arg("--dial-timeout=3s")
             .arg("--command-timeout=3s");

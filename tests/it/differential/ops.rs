@@ -85,6 +85,12 @@ pub struct Model {
     pub issued: usize,
     /// How many watches were created so far.
     pub watches: usize,
+    /// The streams a progress request gets a deterministic answer on from
+    /// etcd 3.6: it answers only while every watcher of the stream is
+    /// synced, and a watcher replaying history syncs on a 100 ms loop, so
+    /// requests go only to streams whose watchers all started at the
+    /// current revision.
+    pub progress_streams: [bool; WATCH_STREAMS],
 }
 
 /// Number of ordinary watch streams per target (the history watch has its
@@ -153,9 +159,18 @@ impl Generator {
                 stream: self.rng.below(WATCH_STREAMS),
                 req: self.watch_create(m),
             },
-            82..=88 => Op::WatchProgress {
-                stream: self.rng.below(WATCH_STREAMS),
-            },
+            82..=88 => {
+                let streams: Vec<usize> = (0..WATCH_STREAMS)
+                    .filter(|s| m.progress_streams[*s])
+                    .collect();
+                if streams.is_empty() {
+                    Op::Put(self.put(m, true))
+                } else {
+                    Op::WatchProgress {
+                        stream: streams[self.rng.below(streams.len())],
+                    }
+                }
+            }
             _ => Op::Put(self.put(m, true)),
         }
     }

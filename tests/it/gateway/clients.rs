@@ -271,7 +271,6 @@ fn etcdctl_check_datascale_reads_metrics_on_the_client_port() {
             "datascale",
             "--load=s",
         ])
-        .env("ETCDCTL_API", "3")
         .output()
         .expect("etcdctl must be installed");
     let stdout = String::from_utf8_lossy(&out.stdout);
