@@ -2,7 +2,7 @@
 # Builds the reference programs that ephd's tests and benchmarks compare
 # against, from published Go modules, and caches them between runs:
 #
-#   etcd-3.6, etcdctl-3.6, benchmark-3.6   references/etcd-3.6
+#   etcd-3.6, etcdctl-3.6, etcdutl-3.6, benchmark-3.6   references/etcd-3.6
 #   etcd-3.7, etcdctl-3.7                  references/etcd-3.7
 #   kine                                   references/kine
 #   kube-apiserver-1.35, kube-apiserver-1.37   references/kube-apiserver-*
@@ -65,6 +65,7 @@ build() {
 refs=$root/references
 build etcd-3.6 "$refs/etcd-3.6" go.etcd.io/etcd/server/v3
 build etcdctl-3.6 "$refs/etcd-3.6" go.etcd.io/etcd/etcdctl/v3
+build etcdutl-3.6 "$refs/etcd-3.6" go.etcd.io/etcd/etcdutl/v3
 build benchmark-3.6 "$refs/etcd-3.6" go.etcd.io/etcd/v3/tools/benchmark
 build etcd-3.7 "$refs/etcd-3.7" go.etcd.io/etcd/server/v3
 build etcdctl-3.7 "$refs/etcd-3.7" go.etcd.io/etcd/etcdctl/v3

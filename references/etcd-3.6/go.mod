@@ -1,10 +1,11 @@
-// Builds etcd, etcdctl and etcd's benchmark tool 3.6 from their published modules; see scripts/install-references.sh.
+// Builds etcd, etcdctl, etcdutl and etcd's benchmark tool 3.6 from their published modules; see scripts/install-references.sh.
 module ephd.references/etcd-3.6
 
 go 1.26.0
 
 require (
 	go.etcd.io/etcd/etcdctl/v3 v3.6.17
+	go.etcd.io/etcd/etcdutl/v3 v3.6.17
 	go.etcd.io/etcd/server/v3 v3.6.17
 	go.etcd.io/etcd/v3 v3.6.8
 )

@@ -290,8 +290,7 @@ impl Recipes {
     /// under `<name>/`. The header revision is the acquiring txn's when the
     /// lock was free, else that of the read that found the key still there
     /// after the wait. A key whose lease expired during the wait fails with
-    /// [`RecipeError::SessionExpired`], as etcd's mutex does since it checks
-    /// (etcd 3.4.23 still answered success with a deleted key).
+    /// [`RecipeError::SessionExpired`], as etcd 3.6's mutex does.
     pub async fn lock(&self, name: &[u8], lease: i64) -> Result<Locked> {
         let lease = self.session(lease, true).await?;
         let prefix = prefix_of(name);

@@ -193,11 +193,19 @@ mod tests {
             b"[]",
             br#"{"key":"!!"}"#,
             br#"{"count_only":"true"}"#,
-            br#"{"sort_order":"NOPE"}"#,
         ] {
             let err = encode_body("etcdserverpb.RangeRequest", bad).unwrap_err();
             assert_eq!(err.code(), tonic::Code::InvalidArgument, "{bad:?}");
         }
+        // An unknown enum name leaves the field at its default, as etcd
+        // 3.6's gateway reads it.
+        let unknown = encode_body(
+            "etcdserverpb.RangeRequest",
+            br#"{"key":"Zm9v","sort_order":"NOPE","sort_target":"MOD"}"#,
+        )
+        .unwrap();
+        let unknown = pb::RangeRequest::decode(unknown.as_slice()).unwrap();
+        assert_eq!((unknown.sort_order, unknown.sort_target), (0, 3));
     }
 
     #[test]

@@ -116,6 +116,7 @@ pub const METHODS: &[(&str, &str, RpcType)] = {
         ("etcdserverpb.Auth", "RoleGrantPermission", Unary),
         ("etcdserverpb.Auth", "RoleRevokePermission", Unary),
         ("grpc.health.v1.Health", "Check", Unary),
+        ("grpc.health.v1.Health", "List", Unary),
         ("grpc.health.v1.Health", "Watch", ServerStream),
     ]
 };
@@ -337,6 +338,8 @@ struct Call {
     start: Instant,
     remote: Option<SocketAddr>,
     done: bool,
+    // A response message went out.
+    answered: bool,
 }
 
 impl Call {
@@ -347,6 +350,11 @@ impl Call {
             return;
         }
         let m = &self.metrics.methods[self.method];
+        // etcd 3.6's gRPC metrics count the one message of a unary call as
+        // sent whatever the call ends with, errors included.
+        if !self.answered && METHODS[self.method].2 == RpcType::Unary {
+            m.sent.inc();
+        }
         m.handled[code].inc();
         let took = self.start.elapsed();
         m.seconds.observe(took.as_secs_f64());
@@ -376,8 +384,9 @@ impl Call {
         });
     }
 
-    fn sent(&self, messages: u64, bytes: u64) {
+    fn sent(&mut self, messages: u64, bytes: u64) {
         if messages > 0 {
+            self.answered = true;
             self.metrics.methods[self.method].sent.inc_by(messages);
             self.metrics.sent_bytes.inc_by(bytes);
         }
@@ -451,6 +460,7 @@ where
                 start: Instant::now(),
                 remote,
                 done: false,
+                answered: false,
             }),
         }
     }

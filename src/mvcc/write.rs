@@ -79,6 +79,8 @@ impl Store {
         let mut changes = false;
         let mut attachments: Vec<(i64, Bytes)> = Vec::new();
         let adopting = self.limits().adopt_unknown_ttl.is_some();
+        // One pass over the taken branches in op order, as etcd 3.6 checks
+        // a txn: the first op that cannot run decides the error.
         path.visit(req, &mut |op| {
             match op {
                 RequestOp::Put(p) => {
@@ -97,13 +99,12 @@ impl Store {
                 RequestOp::Delete(d) => {
                     changes = changes || !view.latest_range(&d.key, &d.range_end).is_empty();
                 }
+                RequestOp::Range(r) => {
+                    self.check_read_revision(r.revision, begin)?;
+                }
                 _ => {}
             }
             Ok(())
-        })?;
-        path.visit(req, &mut |op| match op {
-            RequestOp::Range(r) => self.check_read_revision(r.revision, begin).map(drop),
-            _ => Ok(()),
         })?;
         self.lessor().attach_all(&attachments)?;
 

@@ -470,7 +470,10 @@ impl Server {
         // grpc.health.v1.Health: the server as a whole ("") is SERVING
         // while /readyz passes and until shutdown begins, so gRPC probes
         // and load balancers agree with the HTTP ones.
-        let (health, health_service) = tonic_health::server::health_reporter();
+        let (health, health_service) = crate::api::Health::new();
+        health
+            .set_service_status("", tonic_health::ServingStatus::Serving)
+            .await;
         tokio::spawn(mirror_readiness(health, self.shared.clone()));
         let mut servers = Vec::new();
         for Bound {

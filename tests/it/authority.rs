@@ -153,9 +153,11 @@ fn url_endpoint_commands(endpoint: &str) -> Vec<String> {
     assert_eq!(ok_lines(&put, "put"), ["OK"]);
     let mut shapes = Vec::new();
 
-    // ENDPOINT, ID, VERSION, DB SIZE, IS LEADER, IS LEARNER, RAFT TERM,
-    // RAFT INDEX, RAFT APPLIED INDEX, ERRORS; `--cluster` dials the client
-    // URLs MemberList advertises (one member here, the same URL).
+    // ENDPOINT, ID, VERSION, STORAGE VERSION, DB SIZE, IN USE, PERCENTAGE
+    // NOT IN USE, QUOTA, IS LEADER, IS LEARNER, RAFT TERM, RAFT INDEX, RAFT
+    // APPLIED INDEX, ERRORS, DOWNGRADE TARGET VERSION, DOWNGRADE ENABLED
+    // (etcdctl 3.6); `--cluster` dials the client URLs MemberList
+    // advertises (one member here, the same URL).
     for args in [
         &["endpoint", "status"][..],
         &["endpoint", "status", "--cluster"],
@@ -164,27 +166,33 @@ fn url_endpoint_commands(endpoint: &str) -> Vec<String> {
         let lines = ok_lines(&out, &args.join(" "));
         assert_eq!(lines.len(), 1, "{out:?}");
         let f = row(&lines[0]);
-        assert_eq!(f.len(), 10, "{out:?}");
+        assert_eq!(f.len(), 16, "{out:?}");
         assert_eq!(f[0], endpoint, "{out:?}");
         assert!(
             u64::from_str_radix(&f[1], 16).is_ok_and(|id| id != 0),
             "{out:?}"
         );
         assert!(f[2].starts_with('3'), "{out:?}");
-        assert_eq!((f[4].as_str(), f[5].as_str()), ("true", "false"), "{out:?}");
-        for number in &f[6..9] {
+        assert_eq!(f[3], "3.6.0", "{out:?}");
+        assert_eq!((f[8].as_str(), f[9].as_str()), ("true", "false"), "{out:?}");
+        for number in &f[10..13] {
             assert!(number.parse::<u64>().is_ok(), "{out:?}");
         }
         shapes.push(format!(
-            "{}: ENDPOINT, ID, 3.x, SIZE, {}, {}, N, N, N, [{}]",
+            "{}: ENDPOINT, ID, 3.x, {}, SIZE, SIZE, N%, {}, {}, {}, N, N, N, [{}], [{}], {}",
             args.join(" "),
-            f[4],
-            f[5],
-            f[9]
+            f[3],
+            f[7],
+            f[8],
+            f[9],
+            f[13],
+            f[14],
+            f[15]
         ));
     }
 
-    // ENDPOINT, HASH (of the keys and values at the current revision).
+    // ENDPOINT, HASH (of the keys and values at the current revision),
+    // HASH REVISION.
     for args in [
         &["endpoint", "hashkv"][..],
         &["endpoint", "hashkv", "--cluster"],
@@ -193,14 +201,15 @@ fn url_endpoint_commands(endpoint: &str) -> Vec<String> {
         let lines = ok_lines(&out, &args.join(" "));
         assert_eq!(lines.len(), 1, "{out:?}");
         let f = row(&lines[0]);
-        assert_eq!(f.len(), 2, "{out:?}");
+        assert_eq!(f.len(), 3, "{out:?}");
         assert_eq!(f[0], endpoint, "{out:?}");
         assert!(f[1].parse::<u32>().is_ok(), "{out:?}");
-        shapes.push(format!("{}: ENDPOINT, HASH", args.join(" ")));
+        assert!(f[2].parse::<i64>().is_ok(), "{out:?}");
+        shapes.push(format!("{}: ENDPOINT, HASH, REVISION", args.join(" ")));
     }
 
-    // Health goes to stderr: "<endpoint> is healthy: successfully
-    // committed proposal: took = <duration>".
+    // Health goes to stdout (etcdctl 3.6): "<endpoint> is healthy:
+    // successfully committed proposal: took = <duration>".
     for args in [
         &["endpoint", "health"][..],
         &["endpoint", "health", "--cluster"],
@@ -209,7 +218,7 @@ fn url_endpoint_commands(endpoint: &str) -> Vec<String> {
         assert_eq!(out.code, Some(0), "{out:?}");
         let prefix = format!("{endpoint} is healthy: successfully committed proposal: took = ");
         let took: Vec<&str> = out
-            .stderr
+            .stdout
             .lines()
             .filter(|l| l.contains(" is healthy"))
             .map(|l| l.strip_prefix(&prefix).unwrap_or(""))
@@ -224,7 +233,11 @@ fn url_endpoint_commands(endpoint: &str) -> Vec<String> {
 
     for args in [&["defrag"][..], &["defrag", "--cluster"]] {
         let out = run(args);
-        let lines = ok_lines(&out, &args.join(" "));
+        // etcdctl 3.6 adds how long it took.
+        let lines: Vec<String> = ok_lines(&out, &args.join(" "))
+            .iter()
+            .map(|l| l.split(". took ").next().unwrap_or(l).to_string())
+            .collect();
         assert_eq!(
             lines,
             [format!("Finished defragmenting etcd member[{endpoint}]")],

@@ -159,8 +159,8 @@ async fn a_learner_answers_every_rpc_as_a_stock_etcd_learner_until_promoted() {
         served,
         [
             ("Range serializable", "ok"),
-            ("Snapshot", "ok"),
-            ("Status", "ok")
+            ("Status", "ok"),
+            ("Snapshot", "ok")
         ],
         "a stock etcd learner serves these only"
     );

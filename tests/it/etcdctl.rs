@@ -472,19 +472,23 @@ fn check_endpoint_commands(endpoint: &str, name: &str) {
     let put = cli::run(endpoint, &strings(&["put", "k", "v"]), None);
     assert_eq!(put.stdout, "OK\n", "{put:?}");
 
-    // endpoint status, simple format:
-    // "<endpoint>, <member id hex>, <version>, <db size>, <is leader>, <is learner>, <term>, <index>, <applied>, <errors>"
+    // endpoint status, simple format (etcdctl 3.6): "<endpoint>, <member
+    // id hex>, <version>, <storage version>, <db size>, <in use>, <% not in
+    // use>, <quota>, <is leader>, <is learner>, <term>, <index>, <applied>,
+    // <errors>, <downgrade target>, <downgrade enabled>"
     let status = cli::run(endpoint, &strings(&["endpoint", "status"]), None);
     assert_eq!(status.code, Some(0), "{status:?}");
     let fields: Vec<&str> = status.stdout.trim_end().split(", ").collect();
-    assert!(fields.len() >= 9, "{status:?}");
+    assert_eq!(fields.len(), 16, "{status:?}");
     // etcdctl is given `host:port` (see `cli::etcdctl_command`) and echoes it.
     let host_port = endpoint.strip_prefix("http://").unwrap_or(endpoint);
     assert_eq!(fields[0], host_port, "{status:?}");
     let member_id = u64::from_str_radix(fields[1], 16).expect("hex member id");
     assert_ne!(member_id, 0, "{status:?}");
     assert!(fields[2].starts_with('3'), "version {status:?}");
-    assert_eq!((fields[4], fields[5]), ("true", "false"), "{status:?}");
+    assert_eq!(fields[3], "3.6.0", "storage version {status:?}");
+    assert_eq!(fields[7], "2.1 GB", "etcd's default quota {status:?}");
+    assert_eq!((fields[8], fields[9]), ("true", "false"), "{status:?}");
 
     let status = cli::run(
         endpoint,
@@ -503,11 +507,11 @@ fn check_endpoint_commands(endpoint: &str, name: &str) {
     assert!(json_u64(json, "cluster_id").unwrap_or(0) != 0, "{json}");
     assert!(json_u64(json, "dbSize").unwrap_or(0) > 0, "{json}");
 
-    // endpoint health prints to stderr in the simple format.
+    // endpoint health prints to stdout in the simple format (etcdctl 3.6).
     let health = cli::run(endpoint, &strings(&["endpoint", "health"]), None);
     assert_eq!(health.code, Some(0), "{health:?}");
     let want = format!("{host_port} is healthy: successfully committed proposal: took = ");
-    assert!(health.stderr.contains(&want), "{health:?}");
+    assert!(health.stdout.contains(&want), "{health:?}");
     let health = cli::run(
         endpoint,
         &strings(&["endpoint", "health", "-w", "json"]),

@@ -21,6 +21,8 @@ fn ctl_in(endpoint: &str, args: &[&str], stdin: Option<&str>) -> String {
     let masked: Vec<String> = text
         .lines()
         .filter(|l| !l.starts_with('{'))
+        // etcdctl 3.6 says how long a defragmentation took.
+        .map(|l| l.split(" took ").next().unwrap_or(l))
         .map(|l| {
             l.split_whitespace()
                 .map(|w| {

@@ -5,10 +5,8 @@
 //! server-chosen lease IDs are named by order of appearance and the
 //! member's identity in headers is checked for presence only.
 //!
-//! One known difference is asserted on its own: a waiter whose lease
-//! expired before the lock came free. etcd 3.4.23 answers success with the
-//! (deleted) key; later etcd releases, like ephd, answer
-//! `mutex: session is expired`.
+//! A waiter whose lease expired before the lock came free is asserted on
+//! its own: etcd 3.6, like ephd, answers `mutex: session is expired`.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -417,15 +415,16 @@ async fn expired_waiter(server: &impl Server) -> Result<Vec<u8>, (tonic::Code, S
 }
 
 #[tokio::test]
-async fn a_waiter_whose_session_expired_is_refused_as_later_etcd_releases_do() {
+async fn a_waiter_whose_session_expired_is_refused_as_stock_etcd_does() {
     let etcd = StockEtcd::start();
     let ours = ephd(&[]);
     let (theirs, mine) = tokio::join!(expired_waiter(&etcd), expired_waiter(&ours));
-    // etcd 3.4.23 hands over a lock whose key is gone.
-    assert!(theirs.is_ok(), "stock etcd: {theirs:?}");
-    let want = (
+    // etcd 3.6 refuses to hand over a lock whose waiter's key is gone (3.4
+    // handed it over).
+    let want = Err((
         tonic::Code::Unknown,
         "mutex: session is expired".to_string(),
-    );
-    assert_eq!(mine, Err(want));
+    ));
+    assert_eq!(theirs, want, "stock etcd");
+    assert_eq!(mine, want, "ephd");
 }

@@ -15,6 +15,9 @@
 //	           {"step":"counts"} with how many lists each informer made and
 //	           how many objects it holds (node_leases: those in
 //	           kube-node-lease)
+//	crd        creates the CustomResourceDefinition widgets.ephd.example
+//	           (namespaced, v1), waits until it is established, creates
+//	           -events N widgets in namespace default and lists them
 //	ready      waits up to -timeout for /readyz, then prints every check of
 //	           /readyz?verbose and /livez?verbose
 //	metrics    prints the samples of /metrics whose name is one of the
@@ -45,9 +48,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -102,6 +108,8 @@ func main() {
 		eventsScenario(cs, *prefix, *events, *page)
 	case "informers":
 		informers(cs)
+	case "crd":
+		crd(cfg, *events)
 	case "ready":
 		ready(cs, *timeout)
 	case "metrics":
@@ -501,4 +509,86 @@ func load(cs *kubernetes.Clientset, prefix string, nodes int, interval time.Dura
 		"p50_ms": percentile(latencies, 0.5), "p99_ms": percentile(latencies, 0.99),
 		"max_ms": percentile(latencies, 1), "longest_stall_ms": float64(longestStall.Load()) / 1e6,
 		"events": eventsCreated.Load(), "event_failures": eventFailures.Load()})
+}
+
+// crd creates a namespaced custom resource type through apiextensions and
+// n objects of it, with the dynamic client.
+func crd(cfg *rest.Config, n int) {
+	ctx := context.Background()
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		fatal("dynamic client: %v", err)
+	}
+	crds := dyn.Resource(schema.GroupVersionResource{
+		Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
+	definition := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "apiextensions.k8s.io/v1",
+		"kind":       "CustomResourceDefinition",
+		"metadata":   map[string]any{"name": "widgets.ephd.example"},
+		"spec": map[string]any{
+			"group": "ephd.example",
+			"scope": "Namespaced",
+			"names": map[string]any{"plural": "widgets", "singular": "widget", "kind": "Widget"},
+			"versions": []any{map[string]any{
+				"name": "v1", "served": true, "storage": true,
+				"schema": map[string]any{"openAPIV3Schema": map[string]any{
+					"type":                                 "object",
+					"x-kubernetes-preserve-unknown-fields": true,
+				}},
+			}},
+		},
+	}}
+	if _, err := crds.Create(ctx, definition, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		fatal("create CRD: %v", err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		got, err := crds.Get(ctx, "widgets.ephd.example", metav1.GetOptions{})
+		if err == nil && established(got) {
+			break
+		}
+		if time.Now().After(deadline) {
+			fatal("CRD not established: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	widgets := dyn.Resource(schema.GroupVersionResource{Group: "ephd.example", Version: "v1", Resource: "widgets"}).
+		Namespace("default")
+	created := 0
+	// The resource is served shortly after it is established.
+	for i := 0; i < n; i++ {
+		widget := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "ephd.example/v1",
+			"kind":       "Widget",
+			"metadata":   map[string]any{"name": fmt.Sprintf("widget-%d", i)},
+			"spec":       map[string]any{"size": i},
+		}}
+		for {
+			_, err := widgets.Create(ctx, widget, metav1.CreateOptions{})
+			if err == nil || apierrors.IsAlreadyExists(err) {
+				break
+			}
+			if !apierrors.IsNotFound(err) || time.Now().After(deadline) {
+				fatal("create widget %d: %v", i, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		created++
+	}
+	list, err := widgets.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		fatal("list widgets: %v", err)
+	}
+	emit(map[string]any{"step": "crd", "created": created, "listed": len(list.Items)})
+}
+
+func established(crd *unstructured.Unstructured) bool {
+	conditions, _, _ := unstructured.NestedSlice(crd.Object, "status", "conditions")
+	for _, c := range conditions {
+		m, ok := c.(map[string]any)
+		if ok && m["type"] == "Established" && m["status"] == "True" {
+			return true
+		}
+	}
+	return false
 }

@@ -1,11 +1,13 @@
 //! A real kube-apiserver (built from `k8s.io/kubernetes` by
-//! scripts/install-references.sh) with stock etcd 3.6 for everything and
+//! scripts/install-references.sh) with stock etcd (3.6 with kube-apiserver
+//! 1.35, 3.7 with 1.37) for everything and
 //! ephd as the `--etcd-servers-overrides` store of Events and
 //! coordination.k8s.io Leases, both over mutual TLS as a control plane runs
 //! them; driven by client-go (tests/go/kube-driver) as kubelets and
 //! controllers drive it.
 
 mod override_store;
+mod range_stream;
 mod restarts;
 
 use std::path::{Path, PathBuf};
@@ -19,8 +21,24 @@ use crate::harness::{free_port, ServerProcess};
 use crate::references;
 use crate::tls::{issue, make_ca, openssl};
 
-/// The kube-apiserver release the override tests run.
-pub const APISERVER: &str = "kube-apiserver-1.35";
+/// The releases of a control plane: kube-apiserver and its durable etcd.
+#[derive(Clone, Copy)]
+pub struct Releases {
+    pub apiserver: &'static str,
+    pub etcd: &'static str,
+}
+
+/// The newest 1.35 apiserver on etcd 3.6, what most clusters run.
+pub const CURRENT: Releases = Releases {
+    apiserver: "kube-apiserver-1.35",
+    etcd: "etcd-3.6",
+};
+
+/// kube-apiserver 1.37 (lists through etcd's RangeStream) on etcd 3.7.
+pub const NEXT: Releases = Releases {
+    apiserver: "kube-apiserver-1.37",
+    etcd: "etcd-3.7",
+};
 
 /// The static token of the test's admin user (group system:masters).
 const TOKEN: &str = "ephd-test-admin";
@@ -40,6 +58,8 @@ pub fn overrides_flag(ephd_url: &str) -> String {
 
 /// etcd 3.6 + ephd + kube-apiserver, all on loopback with one test CA.
 pub struct ControlPlane {
+    releases: Releases,
+    metrics_port: u16,
     // Fields drop in order: the apiserver first, then the stores, then the
     // directory with their certificates and data.
     apiserver: Option<ServerProcess>,
@@ -56,14 +76,21 @@ impl ControlPlane {
     /// Starts the three with `ephd_args` added to ephd's TLS flags and waits
     /// until the apiserver's /readyz passes.
     pub fn start(ephd_args: &[&str]) -> ControlPlane {
+        ControlPlane::start_with(CURRENT, ephd_args)
+    }
+
+    /// [`ControlPlane::start`] with other releases.
+    pub fn start_with(releases: Releases, ephd_args: &[&str]) -> ControlPlane {
         let dir = tempfile::Builder::new()
             .prefix("ephd-it-kube-")
             .tempdir()
             .expect("temp dir");
         make_pki(dir.path());
         let etcd_port = free_port();
-        let etcd = start_etcd(dir.path(), etcd_port);
+        let etcd = start_etcd(releases.etcd, dir.path(), etcd_port);
         let mut plane = ControlPlane {
+            releases,
+            metrics_port: free_port(),
             ephd_port: free_port(),
             ephd_args: ephd_args.iter().map(|s| s.to_string()).collect(),
             ephd: None,
@@ -109,6 +136,10 @@ impl ControlPlane {
         .arg("--trusted-ca-file")
         .arg(self.path("ca.crt"))
         .arg("--client-cert-auth")
+        .arg(format!(
+            "--listen-metrics-urls=http://127.0.0.1:{}",
+            self.metrics_port
+        ))
         .args(&self.ephd_args);
         let mut ephd = ServerProcess::spawn("ephd", cmd);
         wait_listening(&mut ephd, self.ephd_port);
@@ -123,7 +154,7 @@ impl ControlPlane {
     }
 
     fn start_apiserver(&mut self) {
-        let mut cmd = Command::new(references::binary(APISERVER));
+        let mut cmd = Command::new(references::binary(self.releases.apiserver));
         let d = |name: &str| self.path(name).display().to_string();
         cmd.arg(format!("--etcd-servers={}", self.etcd_url()))
             .arg(overrides_flag(&self.ephd_url()))
@@ -133,6 +164,8 @@ impl ControlPlane {
             .arg(format!("--etcd-compaction-interval={COMPACTION_INTERVAL}"))
             .arg(format!("--secure-port={}", self.apiserver_port))
             .args(["--bind-address=127.0.0.1", "--advertise-address=127.0.0.1"])
+            // A loopback address cannot be the kubernetes Service's endpoint.
+            .arg("--endpoint-reconciler-type=none")
             .arg(format!("--cert-dir={}", d("apiserver-certs")))
             .arg(format!("--token-auth-file={}", d("tokens.csv")))
             .arg("--authorization-mode=AlwaysAllow")
@@ -222,6 +255,11 @@ impl ControlPlane {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// ephd's own metrics (Prometheus text), from its metrics port.
+    pub fn ephd_metrics(&self) -> String {
+        crate::metrics::scrape_text(self.metrics_port)
+    }
+
     /// The keys under `prefix` in ephd (`on_ephd`) or etcd.
     pub fn keys(&self, on_ephd: bool, prefix: &str) -> Vec<String> {
         self.etcdctl(on_ephd, &["get", "--prefix", "--keys-only", prefix])
@@ -280,10 +318,10 @@ fn make_pki(dir: &Path) {
     .unwrap();
 }
 
-fn start_etcd(dir: &Path, port: u16) -> ServerProcess {
+fn start_etcd(release: &str, dir: &Path, port: u16) -> ServerProcess {
     let client = format!("https://127.0.0.1:{port}");
     let peer = format!("http://127.0.0.1:{}", free_port());
-    let mut cmd = Command::new(references::etcd());
+    let mut cmd = Command::new(references::binary(release));
     cmd.arg("--data-dir")
         .arg(dir.join("etcd"))
         .args(["--listen-client-urls", &client])
@@ -299,7 +337,7 @@ fn start_etcd(dir: &Path, port: u16) -> ServerProcess {
         .arg(dir.join("ca.crt"))
         .arg("--client-cert-auth")
         .args(["--log-level", "warn"]);
-    let mut etcd = ServerProcess::spawn("stock etcd 3.6", cmd);
+    let mut etcd = ServerProcess::spawn("stock etcd", cmd);
     wait_listening(&mut etcd, port);
     etcd
 }

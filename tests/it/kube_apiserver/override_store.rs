@@ -1,6 +1,8 @@
 //! What a kube-apiserver stores in its override store: node Leases renewed
 //! as kubelets renew them, Events created, paged and watched, the readiness
-//! and liveness checks of the override, and the apiserver's compactor.
+//! and liveness checks of the override, and the apiserver's compactor; and
+//! what it does not: custom resources, which stay in etcd whatever the
+//! overrides say.
 
 use std::time::Duration;
 
@@ -43,6 +45,21 @@ fn apiserver_keeps_leases_and_events_in_ephd_and_compacts_it() {
     assert_eq!(events["pages"], 8, "{events}");
     assert_eq!(events["watched"], 50, "{events}");
     assert_eq!(events["watch_error"], "", "{events}");
+
+    // A custom resource named in the overrides: kube-apiserver keeps its
+    // objects in --etcd-servers anyway (custom resources get a storage
+    // factory without overrides), so ephd must not see them.
+    let widgets = plane.driver("crd", &["-events=5"]);
+    assert_eq!(
+        (widgets["created"].as_i64(), widgets["listed"].as_i64()),
+        (Some(5), Some(5)),
+        "{widgets}"
+    );
+    assert_eq!(
+        plane.keys(false, "/registry/ephd.example/widgets/").len(),
+        5
+    );
+    assert!(plane.keys(true, "/registry/ephd.example/").is_empty());
 
     // Everything the overrides name is in ephd, nothing of it in etcd.
     let node_leases = plane.keys(true, "/registry/leases/kube-node-lease/");
