@@ -31,7 +31,7 @@
 #   SETTLE (3), WARMUP (5), RUN_TIMEOUT (300), MAX_TIME (5400), LOAD_MAX (1.0) and LOAD_WAIT (600):
 #   wait up to LOAD_WAIT s, checking every 30 s, for the 1-minute load to drop below LOAD_MAX before
 #   starting; BUILD (1): cargo build --release first; EPHD, EPHD_BENCH (default
-#   $CARGO_TARGET_DIR/release/... else target/release/...), ETCD (/usr/bin/etcd), ETCDCTL (etcdctl),
+#   $CARGO_TARGET_DIR/release/... else target/release/...), ETCD (etcd 3.6 of scripts/install-references.sh), ETCDCTL (its etcdctl 3.6),
 #   EPHD_ARGS and ETCD_ARGS (extra server flags, unquoted), EPHD_ENV and ETCD_ENV ("NAME=value ..."
 #   set for the three-member clusters' processes only, not the single members: e.g.
 #   EPHD_ENV=TOKIO_WORKER_THREADS=1 ETCD_ENV=GOMAXPROCS=1), FO_EPHD_ARGS (extra ephd flags for the
@@ -72,8 +72,9 @@ BUILD=${BUILD:-1}
 TGT=${CARGO_TARGET_DIR:-$ROOT/target}
 EPHD=${EPHD:-$TGT/release/ephd}
 EPHD_BENCH=${EPHD_BENCH:-$TGT/release/ephd-bench}
-ETCD=${ETCD:-/usr/bin/etcd}
-export ETCDCTL=${ETCDCTL:-etcdctl}
+REFS=${EPHD_REFERENCES:-$HOME/.cache/ephd/references}/bin
+ETCD=${ETCD:-$REFS/etcd-3.6}
+export ETCDCTL=${ETCDCTL:-$REFS/etcdctl-3.6}
 GO_BIN=${BENCH_DIR:-$HOME/.cache/etcd-benchmark}/bin/benchmark
 OUT_DIR=${OUT_DIR:-$ROOT/bench/results/cluster-$(date +%Y%m%d)/$(date +%H%M%S)}
 EPHD_LOG_LEVEL=${EPHD_LOG_LEVEL:-warn}
@@ -87,7 +88,7 @@ time_left() { ((SECONDS < END_BY)); }
 # ------------------------------------------------------------------- setup
 command -v python3 >/dev/null || { echo "python3 is required" >&2; exit 1; }
 command -v "$ETCDCTL" >/dev/null || { echo "etcdctl is required" >&2; exit 1; }
-[[ -x $ETCD ]] || { echo "etcd not found at $ETCD (scripts/install-etcd.sh installs it)" >&2; exit 1; }
+[[ -x $ETCD ]] || { echo "etcd not found at $ETCD (scripts/install-references.sh builds it)" >&2; exit 1; }
 if [[ $BUILD == 1 ]]; then
   log "building release binaries"
   (cd "$ROOT" && timeout 3600 cargo build --release -p ephd -p ephd-bench) >&2

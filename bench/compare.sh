@@ -20,7 +20,7 @@
 #   GO_BENCH=1        also run etcd's Go benchmark (0 to skip)
 #   BUILD=1           cargo build --release first (0 to use existing binaries)
 #   EPHD=path         ephd binary (default target/release/ephd)
-#   ETCD=/usr/bin/etcd
+#   ETCD=etcd 3.6 of scripts/install-references.sh
 #   RUN_TIMEOUT=300   hard bound per run, seconds
 #   SUMMARIZE=file.jsonl   only (re)write the .md/.svg from an existing .jsonl
 # Exit: 0 ok (even if some runs failed: see the table); 1 setup failure.
@@ -42,7 +42,8 @@ fi
 TOTAL=${TOTAL:-100000}
 GO_BENCH=${GO_BENCH:-1}
 BUILD=${BUILD:-1}
-ETCD=${ETCD:-/usr/bin/etcd}
+REFS=${EPHD_REFERENCES:-$HOME/.cache/ephd/references}/bin
+ETCD=${ETCD:-$REFS/etcd-3.6}
 EPHD=${EPHD:-$ROOT/target/release/ephd}
 BENCH=${EPHD_BENCH:-$ROOT/target/release/ephd-bench}
 RUN_TIMEOUT=${RUN_TIMEOUT:-300}
@@ -262,9 +263,8 @@ fi
 # ------------------------------------------------------------------- setup
 command -v python3 >/dev/null || { echo "python3 is required" >&2; exit 1; }
 if [[ ! -x $ETCD ]]; then
-  log "etcd not found at $ETCD; installing it with scripts/install-etcd.sh"
-  timeout 600 bash "$ROOT/scripts/install-etcd.sh" || { echo "cannot install etcd" >&2; exit 1; }
-  ETCD=$(command -v etcd)
+  log "etcd not found at $ETCD; building the references with scripts/install-references.sh"
+  timeout 1800 bash "$ROOT/scripts/install-references.sh" || { echo "cannot build etcd" >&2; exit 1; }
 fi
 if [[ $BUILD == 1 ]]; then
   log "building release binaries"

@@ -15,7 +15,7 @@
 #
 # Environment: KILLS (20 per system), RESTART_DELAY (0.6), STEADY (6), WAIT_MAX (30 s for one
 #   member to come back), BUILD (1: cargo build --release first), EPHD (target/release/ephd),
-#   ETCD (/usr/bin/etcd), ETCDCTL (etcdctl), OUT (stdout only; a file to copy the table to).
+#   ETCD (etcd 3.6 of scripts/install-references.sh), ETCDCTL (its etcdctl 3.6), OUT (stdout only; a file to copy the table to).
 # Output: one line per round (system, round, seconds), then the median and maximum per system.
 set -euo pipefail
 
@@ -27,14 +27,15 @@ WAIT_MAX=${WAIT_MAX:-30}
 BUILD=${BUILD:-1}
 TGT=${CARGO_TARGET_DIR:-$ROOT/target}
 EPHD=${EPHD:-$TGT/release/ephd}
-ETCD=${ETCD:-/usr/bin/etcd}
-ETCDCTL=${ETCDCTL:-etcdctl}
+REFS=${EPHD_REFERENCES:-$HOME/.cache/ephd/references}/bin
+ETCD=${ETCD:-$REFS/etcd-3.6}
+ETCDCTL=${ETCDCTL:-$REFS/etcdctl-3.6}
 
 log() { printf '[rejoin %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 now_ms() { date +%s%3N; }
 
-command -v "$ETCDCTL" >/dev/null || { echo "etcdctl is required (scripts/install-etcd.sh)" >&2; exit 1; }
-[[ -x $ETCD ]] || { echo "etcd not found at $ETCD (scripts/install-etcd.sh installs it)" >&2; exit 1; }
+command -v "$ETCDCTL" >/dev/null || { echo "etcdctl is required (scripts/install-references.sh)" >&2; exit 1; }
+[[ -x $ETCD ]] || { echo "etcd not found at $ETCD (scripts/install-references.sh builds it)" >&2; exit 1; }
 if [[ $BUILD == 1 ]]; then
   log "building the release binary"
   (cd "$ROOT" && timeout 3600 cargo build --release -p ephd) >&2

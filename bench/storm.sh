@@ -37,7 +37,7 @@
 #   SERVERS="etcd ephd floor"   which runs to make
 #   EPHD=path           ephd binary (default $CARGO_TARGET_DIR or target/,
 #                       release); EPHD_ARGS="..." extra ephd flags
-#   ETCD=/usr/bin/etcd  (installed by scripts/install-etcd.sh if missing)
+#   ETCD=etcd 3.6 of scripts/install-references.sh (built if missing)
 #   EPHD_BENCH=path     ephd-bench binary
 #   BUILD=1             cargo build --release first (0: use the binaries)
 #   RUN_TIMEOUT=900     hard bound per run, seconds (QUICK: 300)
@@ -72,7 +72,8 @@ CONNS=${CONNS:-10}
 HB_OP=${HB_OP:-put}
 SERVERS=${SERVERS:-"etcd ephd floor"}
 BUILD=${BUILD:-1}
-ETCD=${ETCD:-/usr/bin/etcd}
+REFS=${EPHD_REFERENCES:-$HOME/.cache/ephd/references}/bin
+ETCD=${ETCD:-$REFS/etcd-3.6}
 EPHD=${EPHD:-$TARGET/release/ephd}
 EPHD_ARGS=${EPHD_ARGS:-}
 BENCH=${EPHD_BENCH:-$TARGET/release/ephd-bench}
@@ -210,9 +211,8 @@ fi
 # ------------------------------------------------------------------- setup
 command -v python3 >/dev/null || { echo "python3 is required" >&2; exit 1; }
 if [[ " $SERVERS " == *" etcd "* && ! -x $ETCD ]]; then
-  log "etcd not found at $ETCD; installing it with scripts/install-etcd.sh"
-  timeout 600 bash "$ROOT/scripts/install-etcd.sh" || { echo "cannot install etcd" >&2; exit 1; }
-  ETCD=$(command -v etcd)
+  log "etcd not found at $ETCD; building the references with scripts/install-references.sh"
+  timeout 1800 bash "$ROOT/scripts/install-references.sh" || { echo "cannot build etcd" >&2; exit 1; }
 fi
 if [[ $BUILD == 1 ]]; then
   log "building release binaries"

@@ -6,6 +6,7 @@
 //! them; driven by client-go (tests/go/kube-driver) as kubelets and
 //! controllers drive it.
 
+mod leader_kill;
 mod override_store;
 mod range_stream;
 mod restarts;
@@ -67,6 +68,9 @@ pub struct ControlPlane {
     ephd: Option<ServerProcess>,
     ephd_port: u16,
     ephd_args: Vec<String>,
+    // Other servers as the override store (a cluster the test runs), in
+    // the form the flag takes them; then no ephd of its own is started.
+    override_servers: Option<String>,
     _etcd: ServerProcess,
     etcd_port: u16,
     dir: tempfile::TempDir,
@@ -81,6 +85,20 @@ impl ControlPlane {
 
     /// [`ControlPlane::start`] with other releases.
     pub fn start_with(releases: Releases, ephd_args: &[&str]) -> ControlPlane {
+        ControlPlane::start_inner(releases, ephd_args, None)
+    }
+
+    /// A control plane whose Events and Leases go to `servers` (the
+    /// override's servers, `;`-separated), which the caller runs.
+    pub fn start_with_override(servers: &str) -> ControlPlane {
+        ControlPlane::start_inner(CURRENT, &[], Some(servers.to_string()))
+    }
+
+    fn start_inner(
+        releases: Releases,
+        ephd_args: &[&str],
+        override_servers: Option<String>,
+    ) -> ControlPlane {
         let dir = tempfile::Builder::new()
             .prefix("ephd-it-kube-")
             .tempdir()
@@ -93,6 +111,7 @@ impl ControlPlane {
             metrics_port: free_port(),
             ephd_port: free_port(),
             ephd_args: ephd_args.iter().map(|s| s.to_string()).collect(),
+            override_servers,
             ephd: None,
             apiserver: None,
             apiserver_port: free_port(),
@@ -100,7 +119,9 @@ impl ControlPlane {
             etcd_port,
             dir,
         };
-        plane.start_ephd();
+        if plane.override_servers.is_none() {
+            plane.start_ephd();
+        }
         plane.start_apiserver();
         plane
     }
@@ -157,7 +178,9 @@ impl ControlPlane {
         let mut cmd = Command::new(references::binary(self.releases.apiserver));
         let d = |name: &str| self.path(name).display().to_string();
         cmd.arg(format!("--etcd-servers={}", self.etcd_url()))
-            .arg(overrides_flag(&self.ephd_url()))
+            .arg(overrides_flag(
+                self.override_servers.as_deref().unwrap_or(&self.ephd_url()),
+            ))
             .arg(format!("--etcd-cafile={}", d("ca.crt")))
             .arg(format!("--etcd-certfile={}", d("client.crt")))
             .arg(format!("--etcd-keyfile={}", d("client.key")))
