@@ -326,7 +326,7 @@ fn watch(env: &Env, req: pb::WatchRequest) {
         Some(RequestUnion::CancelRequest(c)) => {
             ws.cancel(store, c.watch_id);
         }
-        Some(RequestUnion::ProgressRequest(_)) => ws.request_progress(),
+        Some(RequestUnion::ProgressRequest(_)) => ws.request_progress(store),
         None => {}
     }
     ws.poll(store, 16);
