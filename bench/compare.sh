@@ -5,7 +5,7 @@
 # repeat: etcd,ephd then ephd,etcd, ...), REPEATS times, each run against a
 # freshly started server on loopback (etcd's data dir on tmpfs /dev/shm).
 # Load comes from ephd-bench (target/release/ephd-bench) and, for `put`, also
-# from etcd's own Go benchmark tool (../shared/bench). Writes
+# from etcd's own Go benchmark tool 3.6 (scripts/install-references.sh). Writes
 #   bench/results/<stamp>.jsonl   every run's JSON line (plus case/server/repeat)
 #   bench/results/<stamp>.md      medians and ephd/etcd ratios
 #   bench/results/<stamp>.svg     put throughput vs client count, both servers
@@ -288,16 +288,11 @@ ETCD_PORT=${ETCD_PORT:-$free1}
 ETCD_PEER_PORT=${ETCD_PEER_PORT:-$free2}
 EPHD_PORT=${EPHD_PORT:-$free3}
 
-GO_BIN=${BENCH_DIR:-$HOME/.cache/etcd-benchmark}/bin/benchmark
-if [[ " $CASES " == *" go-put "* && $GO_BENCH == 1 ]]; then
-  if [[ -d $SHARED/bench ]]; then
-    log "building etcd's Go benchmark (shared/bench/build-etcd-benchmark.sh)"
-    if ! timeout 900 bash "$SHARED/bench/build-etcd-benchmark.sh" >"$WORK/go-build.log" 2>&1; then
-      log "could not build etcd's benchmark (see $WORK/go-build.log); skipping go-put"
-      GO_BENCH=0
-    fi
-  else
-    log "no $SHARED/bench; skipping go-put"
+GO_BIN=${GO_BIN:-$REFS/benchmark-3.6}
+if [[ " $CASES " == *" go-put "* && $GO_BENCH == 1 && ! -x $GO_BIN ]]; then
+  log "building etcd's Go benchmark 3.6 (scripts/install-references.sh)"
+  if ! timeout 1800 bash "$ROOT/scripts/install-references.sh" >"$WORK/go-build.log" 2>&1; then
+    log "could not build etcd's benchmark (see $WORK/go-build.log); skipping go-put"
     GO_BENCH=0
   fi
 fi

@@ -198,14 +198,10 @@ async fn tokens_die_with_disable_and_clients_refresh_them() {
     raw_get(&ep, &token, "k").await.unwrap();
     let mut root = client_as(&ep, "root", "pw").await.unwrap();
     root.auth_disable().await.unwrap();
-    let e = raw_get(&ep, &token, "k").await.unwrap_err();
-    assert_eq!(
-        (e.code(), e.message()),
-        (
-            tonic::Code::Unauthenticated,
-            "etcdserver: invalid auth token"
-        )
-    );
+    // While auth is off a token is not looked at (etcd 3.6).
+    raw_get(&ep, &token, "k")
+        .await
+        .expect("a token is ignored while auth is off");
     // Enabled again, the old token stays dead and clients authenticate anew.
     ephd.client().await.auth_enable().await.unwrap();
     assert_eq!(

@@ -507,7 +507,13 @@ impl StockEtcd {
 
     /// [`StockEtcd::start`] with extra etcd flags.
     pub fn start_with(extra_args: &[&str]) -> StockEtcd {
-        let etcd = crate::references::etcd();
+        StockEtcd::start_release(crate::references::ETCD, extra_args)
+    }
+
+    /// [`StockEtcd::start_with`] on another reference release (for example
+    /// `etcd-3.7`).
+    pub fn start_release(release: &str, extra_args: &[&str]) -> StockEtcd {
+        let etcd = crate::references::binary(release);
         let mut failures = Vec::new();
         for _ in 0..START_ATTEMPTS {
             let data_dir = tempfile::Builder::new()
