@@ -267,7 +267,7 @@ run_bench() { # system(etcd|ephd|ephd1|etcd1) case(put|txn-put) repeat [rate]
 retry_ctl() { # seconds ok-pattern etcdctl-args...: retries until success or a reply matching ok-pattern
   local until=$((SECONDS + $1)) ok=$2 out; shift 2
   while ((SECONDS < until)); do
-    if out=$(ETCDCTL_API=3 timeout 10 "$ETCDCTL" --dial-timeout 2s --command-timeout 5s "$@" 2>&1); then
+    if out=$(timeout 10 "$ETCDCTL" --dial-timeout 2s --command-timeout 5s "$@" 2>&1); then
       echo "$out"; return 0
     fi
     if [[ -n $ok && $out == *"$ok"* ]]; then echo "$out"; return 0; fi

@@ -25,7 +25,7 @@ HZ = os.sysconf("SC_CLK_TCK")
 
 
 def etcdctl(ep, *args, timeout=4):
-    env = dict(os.environ, ETCDCTL_API="3")
+    env = dict(os.environ)
     try:
         p = subprocess.run([ETCDCTL, "--endpoints", ep, "--dial-timeout", "1s",
                             "--command-timeout", "2s", *args],

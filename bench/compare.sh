@@ -305,9 +305,9 @@ wait_ready() { # port pid
     kill -0 "$2" 2>/dev/null || return 1
     if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then
       # The port is open; make sure the KV service answers.
-      if ETCDCTL_API=3 timeout 3 etcdctl --endpoints "127.0.0.1:$1" --dial-timeout 1s \
+      if timeout 3 "$REFS/etcdctl-3.6" --endpoints "127.0.0.1:$1" --dial-timeout 1s \
            --command-timeout 2s get /compare-ready-probe >/dev/null 2>&1 \
-         || ! command -v etcdctl >/dev/null; then
+         || [[ ! -x $REFS/etcdctl-3.6 ]]; then
         return 0
       fi
     fi

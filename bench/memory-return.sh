@@ -55,7 +55,7 @@ trap stop_all EXIT
 free_port() { python3 bench/free_ports.py; } # below the ephemeral range
 wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done; return 1; }
 now() { date +%s.%N; }
-etcdctl_() { ETCDCTL_API=3 timeout 300 etcdctl --endpoints="127.0.0.1:$PORT" --command-timeout=280s "$@"; }
+etcdctl_() { timeout 300 "${ETCDCTL:-${EPHD_REFERENCES:-$HOME/.cache/ephd/references}/bin/etcdctl-3.6}" --endpoints="127.0.0.1:$PORT" --command-timeout=280s "$@"; }
 revision() { etcdctl_ endpoint status -w json | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["Status"]["header"]["revision"])'; }
 db_size() { etcdctl_ endpoint status -w json | python3 -c 'import json,sys; s=json.load(sys.stdin)[0]["Status"]; print(s["dbSize"], s.get("dbSizeInUse", 0))'; }
 

@@ -16,7 +16,8 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 N=${N:-1000000}
 CLIENTS=${CLIENTS:-100}
-bash scripts/install-etcd.sh
+bash scripts/install-references.sh
+REFS=${EPHD_REFERENCES:-$HOME/.cache/ephd/references}/bin
 cargo build --release -p ephd -p ephd-bench >/dev/null
 EPHD=target/release/ephd
 BENCH=target/release/ephd-bench
@@ -36,7 +37,7 @@ start() { # server -> sets PID, PORT
   read -r PORT peer < <(free_ports 2)
   if [[ $1 == etcd ]]; then
     rm -rf /dev/shm/ephd-mem-etcd
-    etcd --name m --data-dir /dev/shm/ephd-mem-etcd --listen-client-urls "http://127.0.0.1:$PORT" \
+    "$REFS/etcd-3.6" --name m --data-dir /dev/shm/ephd-mem-etcd --listen-client-urls "http://127.0.0.1:$PORT" \
       --advertise-client-urls "http://127.0.0.1:$PORT" --listen-peer-urls "http://127.0.0.1:$peer" \
       --initial-advertise-peer-urls "http://127.0.0.1:$peer" --initial-cluster "m=http://127.0.0.1:$peer" \
       --quota-backend-bytes 8589934592 --log-level error >/dev/null 2>&1 &
@@ -66,9 +67,9 @@ for shape in lease event; do
     raw=$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); print(r.get("ops",0)*(r.get("key_size",0)+r.get("val_size",0)))' "$out")
     sleep 1
     rss_hist=$(rss_kb "$PID")
-    rev=$(ETCDCTL_API=3 etcdctl --endpoints="127.0.0.1:$PORT" endpoint status -w json |
+    rev=$("$REFS/etcdctl-3.6" --endpoints="127.0.0.1:$PORT" endpoint status -w json |
       python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["Status"]["header"]["revision"])')
-    ETCDCTL_API=3 etcdctl --endpoints="127.0.0.1:$PORT" --command-timeout=120s compact "$rev" --physical >/dev/null
+    "$REFS/etcdctl-3.6" --endpoints="127.0.0.1:$PORT" --command-timeout=120s compact "$rev" --physical >/dev/null
     sleep 3
     rss=$(rss_kb "$PID"); hwm=$(hwm_kb "$PID")
     python3 - "$shape" "$server" "$N" "$raw" "$base" "$rss" "$hwm" "$rss_hist" <<'PY'

@@ -244,8 +244,8 @@ wait_ready() { # port pid
   for ((i = 0; i < 150; i++)); do
     kill -0 "$2" 2>/dev/null || return 1
     if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then
-      if ! command -v etcdctl >/dev/null ||
-        ETCDCTL_API=3 timeout 3 etcdctl --endpoints "127.0.0.1:$1" --dial-timeout 1s \
+      if [[ ! -x $REFS/etcdctl-3.6 ]] ||
+        timeout 3 "$REFS/etcdctl-3.6" --endpoints "127.0.0.1:$1" --dial-timeout 1s \
           --command-timeout 2s get /storm-ready-probe >/dev/null 2>&1; then
         return 0
       fi

@@ -60,7 +60,7 @@ fail() {
 
 image=${EPHD_IMAGE:-localhost/ephd:dev}
 network=${EPHD_SMOKE_NETWORK:-auto}
-etcdctl_bin=${ETCDCTL:-$(command -v etcdctl || true)}
+etcdctl_bin=${ETCDCTL:-${EPHD_REFERENCES:-$HOME/.cache/ephd/references}/bin/etcdctl-3.6}
 storage=()
 if [ -n "${EPHD_STORAGE_DRIVER:-}" ]; then storage=(--storage-driver "$EPHD_STORAGE_DRIVER"); fi
 extra=()
@@ -68,7 +68,7 @@ if [ -n "${EPHD_SMOKE_PODMAN_OPTS:-}" ]; then read -r -a extra <<<"$EPHD_SMOKE_P
 
 [ "$(id -u)" = 0 ] || fail "run as root (rootful podman)"
 command -v podman >/dev/null || fail "podman missing: run scripts/container-build.sh first"
-[ -x "$etcdctl_bin" ] || fail "etcdctl missing (scripts/install-etcd.sh installs it)"
+[ -x "$etcdctl_bin" ] || fail "etcdctl missing (scripts/install-references.sh builds it)"
 podman "${storage[@]}" image exists "$image" || fail "no image $image: run scripts/container-build.sh"
 
 work=$(mktemp -d)
@@ -202,7 +202,6 @@ say "started ${cid:0:12} ($mode network, client 127.0.0.1:$cport, HTTP 127.0.0.1
 
 ctl=("$etcdctl_bin" "--endpoints=https://127.0.0.1:$cport" "--cacert=$work/ca.crt"
   "--cert=$work/client.crt" "--key=$work/client.key" --dial-timeout=2s --command-timeout=5s)
-export ETCDCTL_API=3
 ready=""
 for _ in $(seq 300); do
   if "${ctl[@]}" endpoint health >/dev/null 2>&1; then
