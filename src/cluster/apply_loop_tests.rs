@@ -43,7 +43,10 @@ fn applier(store: Arc<Store>) -> (Applier, u64) {
         inbox,
         term: 0,
         members: Arc::new(Members::new(&boot, &config)),
-        gate: Arc::new(InitialGate::new(false)),
+        gate: Arc::new(InitialGate::new(super::initial_gate::WritesWaitFor {
+            initial_revision: false,
+            replicated_limits: false,
+        })),
         answers: Vec::new(),
     };
     (applier, id)

@@ -1,44 +1,78 @@
-//! Client writes held back until the new cluster's initial revision.
+//! Client writes held back until a new member may propose them: until it
+//! has applied the cluster's initial revision, and the leader's limits.
 //!
 //! With `--revision-continuity` (the default) the first leader of a new
 //! cluster proposes `Entry::Initialize` (`server/initial.rs`): the store
 //! jumps to a wall-clock revision, and everything below reads as
 //! compacted. A client write that committed before that entry would keep
 //! its key but its revision would read as compacted: an acknowledged write
-//! below the initial revision. So every mutation a member proposes waits
-//! here until this member has applied the initial-revision entry (or
-//! installed a snapshot of a store that had), within the request timeout
-//! (`etcdserver: request timed out` otherwise). A proposal made after a
-//! committed entry was applied lands after it in the log, so every
-//! acknowledged write has a revision above the initial one.
+//! below the initial revision.
+//!
+//! Every member applies entries with the limits the leader replicated
+//! (`Entry::Limits`, `server/limits.rs`), so that members whose flags
+//! differ decide every entry alike. Before the first such entry a store
+//! has only its own flags: a put on an unknown lease committed then would
+//! be adopted by one member and refused by another.
+//!
+//! So every mutation a member proposes waits here until this member has
+//! applied both (or installed a snapshot of a store that had), within the
+//! request timeout (`etcdserver: request timed out` otherwise). A proposal
+//! made after a committed entry was applied lands after it in the log, so
+//! every acknowledged write has a revision above the initial one and is
+//! applied everywhere under the same limits.
 //!
 //! The gate opens once and stays open: a deleted `compact_rev_key` never
-//! closes it again. Without revision continuity (`--etcd-compat`) it is
-//! open from the start.
+//! closes it again. What a member does not wait for (no revision
+//! continuity, or no limits replicator running, as in tests of the node
+//! alone) counts as applied from the start.
 
 use crate::error::{Error, Result};
 use crate::mvcc::{Applied, Entry, RangeRequest, Store, COMPACT_REV_KEY};
 use bytes::Bytes;
+use std::sync::Mutex;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-/// Whether this member has applied the initial revision, and who waits for
-/// it.
+/// What a new member's writes wait for before they are proposed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WritesWaitFor {
+    /// The initial-revision entry (with revision continuity).
+    pub initial_revision: bool,
+    /// A replicated Limits entry (when the server's limits replicator
+    /// runs).
+    pub replicated_limits: bool,
+}
+
+/// Whether this member may propose writes yet, and who waits for it.
 pub(super) struct InitialGate {
     open: watch::Sender<bool>,
+    // Still missing: (the initial revision, the replicated limits).
+    missing: Mutex<(bool, bool)>,
 }
 
 impl InitialGate {
-    /// A gate that holds writes back (`hold`) or lets them through.
-    pub(super) fn new(hold: bool) -> InitialGate {
+    /// A gate that holds writes back until what `wait` names is applied.
+    pub(super) fn new(wait: WritesWaitFor) -> InitialGate {
+        let missing = (wait.initial_revision, wait.replicated_limits);
         InitialGate {
-            open: watch::channel(!hold).0,
+            open: watch::channel(missing == (false, false)).0,
+            missing: Mutex::new(missing),
         }
     }
 
-    /// Lets every waiting and later write through (the apply thread calls
-    /// it once the initial revision is applied).
-    pub(super) fn open(&self) {
+    /// Marks the initial revision (`initial`) or the limits as applied, and
+    /// opens the gate once nothing is missing.
+    fn arrived(&self, initial: bool, limits: bool) {
+        let mut missing = self.missing.lock().unwrap_or_else(|e| e.into_inner());
+        missing.0 &= !initial;
+        missing.1 &= !limits;
+        if *missing == (false, false) {
+            self.open();
+        }
+    }
+
+    /// Lets every waiting and later write through.
+    fn open(&self) {
         self.open
             .send_if_modified(|open| !std::mem::replace(open, true));
     }
@@ -54,19 +88,20 @@ impl InitialGate {
         self.open.receiver_count()
     }
 
-    /// Opens the gate if `result` is the initial revision's, applied.
+    /// Notes `result` if it is the initial revision's or the limits',
+    /// applied.
     pub(super) fn applied(&self, result: &Result<Applied>) {
-        if matches!(result, Ok(Applied::Initialize { .. })) {
-            self.open();
+        match result {
+            Ok(Applied::Initialize { .. }) => self.arrived(true, false),
+            Ok(Applied::Limits { .. }) => self.arrived(false, true),
+            _ => {}
         }
     }
 
-    /// Opens the gate if the store a snapshot was installed into had its
-    /// initial revision.
+    /// Notes what the store a snapshot was installed into had: its initial
+    /// revision, replicated limits.
     pub(super) fn installed(&self, store: &Store) {
-        if initialized(store) {
-            self.open();
-        }
+        self.arrived(initialized(store), store.limits_replicated());
     }
 
     /// Waits until the gate opens if `entry` waits for it ([`holds`]), at
@@ -86,8 +121,8 @@ impl InitialGate {
     }
 }
 
-/// Whether `entry` waits for the initial revision: every entry but the
-/// initial-revision entry itself and the limits (which write nothing).
+/// Whether `entry` waits at the gate: every entry but the initial-revision
+/// entry itself and the limits (which write nothing).
 pub(super) fn holds(entry: &Entry) -> bool {
     !matches!(entry, Entry::Initialize { .. } | Entry::Limits(_))
 }

@@ -2,7 +2,7 @@
 //! write made before the initial revision is applied waits for it and
 //! lands above it.
 
-use super::initial_gate::{self, InitialGate};
+use super::initial_gate::{self, InitialGate, WritesWaitFor};
 use super::members::Boot;
 use super::membership::{MemberInfo, Membership};
 use super::node::Node;
@@ -34,7 +34,11 @@ pub(super) fn solo(
 ) -> (Arc<Node>, Arc<Store>) {
     let (config, boot) = alone("gate-test", heartbeat, election);
     let store = Arc::new(Store::new(StoreConfig::default()));
-    let node = Node::start(&config, store.clone(), boot, hold_writes).unwrap();
+    let wait = WritesWaitFor {
+        initial_revision: hold_writes,
+        replicated_limits: false,
+    };
+    let node = Node::start(&config, store.clone(), boot, wait).unwrap();
     (node, store)
 }
 
@@ -152,16 +156,59 @@ async fn without_revision_continuity_writes_pass_at_once() {
 
 #[tokio::test]
 async fn a_closed_gate_times_out_as_a_request_does() {
-    let gate = InitialGate::new(true);
+    let gate = InitialGate::new(WritesWaitFor {
+        initial_revision: true,
+        replicated_limits: false,
+    });
     let soon = Instant::now() + Duration::from_millis(20);
     let k = put("k");
     assert!(matches!(gate.pass(&k, soon).await, Err(Error::Timeout)));
     let initialize = Entry::Initialize { revision: 5 };
     assert!(gate.pass(&initialize, soon).await.is_ok(), "never held");
     assert_eq!(gate.waiting(), 0, "a timed-out write leaves no waiter");
-    gate.open();
-    gate.open();
+    gate.applied(&Ok(Applied::Initialize { revision: 5 }));
+    gate.applied(&Ok(Applied::Initialize { revision: 5 }));
     assert!(gate.pass(&k, Instant::now()).await.is_ok());
     assert!(initial_gate::holds(&put("k")));
     assert!(!initial_gate::holds(&Entry::Initialize { revision: 5 }));
+}
+
+/// Members whose flags differ must apply every write under the same
+/// limits: a fresh member proposes nothing before it has applied the
+/// leader's replicated limits (a put on an unknown lease committed before
+/// them would be adopted by one member and refused by another).
+#[tokio::test]
+async fn writes_wait_for_the_replicated_limits_too() {
+    let gate = InitialGate::new(WritesWaitFor {
+        initial_revision: true,
+        replicated_limits: true,
+    });
+    let soon = || Instant::now() + Duration::from_millis(20);
+    let k = put("k");
+    gate.applied(&Ok(Applied::Initialize { revision: 5 }));
+    assert!(
+        matches!(gate.pass(&k, soon()).await, Err(Error::Timeout)),
+        "the initial revision alone does not open it"
+    );
+    let limits = Entry::Limits(Store::new(StoreConfig::default()).own_limits());
+    assert!(gate.pass(&limits, soon()).await.is_ok(), "never held");
+    gate.applied(&Ok(Applied::Limits { revision: 5 }));
+    assert!(gate.pass(&k, soon()).await.is_ok());
+
+    // Installing a snapshot whose store had both opens it as well.
+    let gate = InitialGate::new(WritesWaitFor {
+        initial_revision: false,
+        replicated_limits: true,
+    });
+    let store = Store::new(StoreConfig::default());
+    gate.installed(&store);
+    assert!(
+        !gate.is_open(),
+        "the flags' own limits are not replicated ones"
+    );
+    store
+        .apply(Entry::Limits(store.own_limits()))
+        .expect("apply limits");
+    gate.installed(&store);
+    assert!(gate.is_open());
 }

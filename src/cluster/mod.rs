@@ -96,7 +96,7 @@ mod transport;
 mod waiters;
 
 pub use catchup::{LogCounters, DEFAULT_CATCHUP_ENTRIES, DEFAULT_SNAPSHOT_COUNT};
-pub use initial_gate::initialized;
+pub use initial_gate::{initialized, WritesWaitFor};
 pub use input::Progress;
 pub use join::{bootstrap, membership_service, MembershipService};
 pub use members::Boot;

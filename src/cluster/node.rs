@@ -17,7 +17,7 @@
 use super::apply_loop::{Applier, ApplyCore};
 use super::catchup::{CatchUp, LogStore};
 use super::entry;
-use super::initial_gate::InitialGate;
+use super::initial_gate::{InitialGate, WritesWaitFor};
 use super::input::Input;
 use super::logger;
 use super::members::{Boot, Members};
@@ -80,12 +80,12 @@ impl Node {
     /// the other members (tasks on the current tokio runtime). Every member
     /// starts with the configuration the cluster's log starts from (the
     /// initial cluster) and an empty log; a joining member replays the log
-    /// from there. `hold_writes`: see `initial_gate.rs`.
+    /// from there. `wait`: what its writes wait for (`initial_gate.rs`).
     pub fn start(
         config: &ClusterConfig,
         store: Arc<Store>,
         boot: Boot,
-        hold_writes: bool,
+        wait: WritesWaitFor,
     ) -> std::result::Result<Arc<Node>, String> {
         let id = boot.id;
         let status = Arc::new(RaftStatus::default());
@@ -151,8 +151,13 @@ impl Node {
             held: Vec::new(),
         };
         let leases = super::lease_state::LeaseForward::new(id, members.clone(), store.clone());
-        // A resumed store is past its initial revision (`saved.rs`).
-        let gate = Arc::new(InitialGate::new(hold_writes && boot.resume.is_none()));
+        // A resumed store is past its initial revision (`saved.rs`), and
+        // applies the log it kept after the limits that log holds.
+        let fresh = boot.resume.is_none();
+        let gate = Arc::new(InitialGate::new(WritesWaitFor {
+            initial_revision: wait.initial_revision && fresh,
+            replicated_limits: wait.replicated_limits && fresh && !store.limits_replicated(),
+        }));
         let applier = Applier {
             id,
             store,

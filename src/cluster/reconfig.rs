@@ -259,19 +259,19 @@ pub fn check_urls(urls: &[String]) -> Result<()> {
     Ok(())
 }
 
-/// Starts this member's Raft node ([`Node::start`]; `hold_writes` with
-/// revision continuity) and has it publish its name and client URLs
+/// Starts this member's Raft node ([`Node::start`]; `wait`: what its
+/// writes wait for) and has it publish its name and client URLs
 /// through the log once it has a leader (and, after a rejoin, promote
 /// itself once caught up).
 pub fn start_node(
     config: &ClusterConfig,
     store: Arc<crate::mvcc::Store>,
     boot: Boot,
-    hold_writes: bool,
+    wait: super::WritesWaitFor,
 ) -> std::result::Result<Arc<Node>, String> {
     let (name, client_urls) = (boot.name.clone(), boot.client_urls.clone());
     let promote = boot.promote;
-    let node = Node::start(config, store, boot, hold_writes)?;
+    let node = Node::start(config, store, boot, wait)?;
     publish(&node, name, client_urls);
     if promote {
         super::rejoin::promote_when_caught_up(&node);

@@ -280,10 +280,14 @@ impl Server {
         let (peer_listeners, proposer) = match (&config.cluster, member) {
             (Some(c), Some(boot)) => {
                 let peers = bind_all(&c.listen_peer_urls).await?;
-                let hold = config.revision_continuity;
+                // The server runs the limits replicator (`limits.rs`).
+                let wait = crate::cluster::WritesWaitFor {
+                    initial_revision: config.revision_continuity,
+                    replicated_limits: true,
+                };
                 crate::cluster::set_snapshot_chunk_bytes(config.snapshot_chunk_bytes as usize);
                 crate::cluster::set_snapshot_receive_limit(memory.peer_snapshot_bytes());
-                let node = crate::cluster::start_node(c, store.clone(), boot, hold)?;
+                let node = crate::cluster::start_node(c, store.clone(), boot, wait)?;
                 (peers, Proposer::Replicated(node))
             }
             _ => (Vec::new(), Proposer::Local),
