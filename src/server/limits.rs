@@ -12,8 +12,9 @@ use crate::api::Shared;
 use crate::mvcc::Entry;
 use std::time::Duration;
 
-/// How often a member looks whether it leads with other limits in force.
-const TICK: Duration = Duration::from_millis(200);
+/// How often a member looks whether it leads with other limits in force
+/// (a fresh member's first writes wait for the first replicated limits).
+const TICK: Duration = Duration::from_millis(50);
 
 /// Runs for the member's life (cluster mode only).
 pub(super) async fn replicate_limits(shared: Shared) {

@@ -342,6 +342,10 @@ fn percent_decoded(s: &str) -> String {
 async fn transfer_to_a_stopped_member(endpoints: &[String], pids: &[u32]) -> (Answer, Answer) {
     let (li, fi, ids) = agreed(endpoints).await;
     let leader = &endpoints[li];
+    // A cluster that has taken writes (a fresh ephd member proposes none
+    // before the leader's limits are replicated).
+    let mut kv = KvClient::new(patient(leader).await);
+    assert_eq!(answer(kv.put(put_req("before-transfer")).await), "ok");
     signal(pids[fi], libc::SIGSTOP);
     let addr: std::net::SocketAddr = leader.trim_start_matches("http://").parse().unwrap();
     let target = ids[fi];
@@ -356,7 +360,6 @@ async fn transfer_to_a_stopped_member(endpoints: &[String], pids: &[u32]) -> (An
         let started = Instant::now();
         (raw_h2::exchange(addr, &fields, &body), started.elapsed())
     });
-    let mut kv = KvClient::new(patient(leader).await);
     let started = Instant::now();
     let refused = loop {
         let a = answer(kv.put(put_req("during-transfer")).await);
@@ -397,6 +400,10 @@ async fn a_leader_handing_over_to_a_stopped_member_refuses_writes_as_stock_etcd(
         "Unknown: raft proposal dropped".to_string(),
         "Unknown: etcdserver: request timed out, leader transfer took too long".to_string(),
     );
-    assert_eq!(etcd, expected, "stock etcd");
-    assert_eq!(ephd, etcd, "ephd against stock etcd");
+    // etcd 3.6 answers the timeout at the client's deadline, racing
+    // grpc-go's own deadline, which resets the stream (CANCEL) when it
+    // wins; ephd always answers.
+    let reset = (expected.0.clone(), "Reset(8)".to_string());
+    assert!(etcd == expected || etcd == reset, "stock etcd: {etcd:?}");
+    assert_eq!(ephd, expected, "ephd");
 }
