@@ -81,7 +81,6 @@ pub async fn run_seed(reference: &str, candidate: &str, seed: u64, n_ops: usize)
             ..Model::default()
         },
         watches: Vec::new(),
-        stream_watches: [(0, true); WATCH_STREAMS],
         mismatches: Vec::new(),
         seed,
     };
@@ -167,9 +166,6 @@ struct Driver {
     b: Target,
     model: Model,
     watches: Vec<Registered>,
-    /// Per ordinary stream: live watches created on the reference, and
-    /// whether all of them started at the current revision.
-    stream_watches: [(usize, bool); WATCH_STREAMS],
     mismatches: Vec<Mismatch>,
     seed: u64,
 }
@@ -264,10 +260,8 @@ impl Driver {
                 self.model.watches += 1;
                 let live = matches!(ra, Outcome::WatchCreated(Ok(r)) if r.created && !r.canceled);
                 if live && *stream < WATCH_STREAMS {
-                    let was = self.stream_watches[*stream];
-                    self.stream_watches[*stream] = (was.0 + 1, was.1 && req.start_revision == 0);
-                    let (count, all_current) = self.stream_watches[*stream];
-                    self.model.progress_streams[*stream] = count > 0 && all_current;
+                    let current = &mut self.model.progress_streams[*stream];
+                    *current = Some(current.unwrap_or(true) && req.start_revision == 0);
                 }
             }
             _ => {}

@@ -85,12 +85,13 @@ pub struct Model {
     pub issued: usize,
     /// How many watches were created so far.
     pub watches: usize,
-    /// The streams a progress request gets a deterministic answer on from
-    /// etcd 3.6: it answers only while every watcher of the stream is
-    /// synced, and a watcher replaying history syncs on a 100 ms loop, so
-    /// requests go only to streams whose watchers all started at the
-    /// current revision.
-    pub progress_streams: [bool; WATCH_STREAMS],
+    /// Per ordinary stream: `None` while it has no live watch, else whether
+    /// all of its watches started at the current revision. etcd 3.6
+    /// answers a progress request only while every watcher of the stream
+    /// is synced, and a watcher replaying history syncs on a 100 ms loop,
+    /// so requests go only to streams that are `Some(true)`, where its
+    /// answer is deterministic.
+    pub progress_streams: [Option<bool>; WATCH_STREAMS],
 }
 
 /// Number of ordinary watch streams per target (the history watch has its
@@ -161,7 +162,7 @@ impl Generator {
             },
             82..=88 => {
                 let streams: Vec<usize> = (0..WATCH_STREAMS)
-                    .filter(|s| m.progress_streams[*s])
+                    .filter(|s| m.progress_streams[*s] == Some(true))
                     .collect();
                 if streams.is_empty() {
                     Op::Put(self.put(m, true))
