@@ -276,3 +276,42 @@ async fn readiness_follows_the_corrupt_alarm_and_grpc_health_agrees() {
     assert!(status.contains("200"), "{status}");
     wait_for(ServingStatus::Serving).await;
 }
+
+/// `grpc.health.v1.Health/List` as grpc-go reads it.
+#[derive(Clone, PartialEq, prost::Message)]
+struct HealthListResponse {
+    #[prost(map = "string, message", tag = "1")]
+    statuses: std::collections::HashMap<String, tonic_health::pb::HealthCheckResponse>,
+}
+
+/// `grpc.health.v1.Health/List` (served by etcd 3.6's grpc-go, not by
+/// tonic-health): the same statuses from ephd and etcd. (The bytes differ
+/// harmlessly: Go writes a map entry's empty key, prost leaves it out.)
+#[test]
+fn grpc_health_list_answers_as_stock_etcd() {
+    use crate::authority::raw_h2::{self, Outcome};
+    use crate::authority::{field, grpc_fields, grpc_message};
+    use prost::Message;
+    let etcd = crate::harness::StockEtcd::start();
+    let ours = Ephd::start(&[]);
+    let list = |port: u16| {
+        let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+        let authority = addr.to_string();
+        let fields = grpc_fields("/grpc.health.v1.Health/List", &authority);
+        match raw_h2::exchange(addr, &fields, &grpc_message(&[])) {
+            Outcome::Answered { body, trailers, .. } => {
+                let status = field(&trailers, "grpc-status").map(str::to_string);
+                let message = body.get(5..).map(HealthListResponse::decode);
+                (status, message.map(|m| m.expect("a HealthListResponse")))
+            }
+            other => panic!("List on port {port}: {other:?}"),
+        }
+    };
+    let want = list(etcd.port());
+    assert_eq!(want.0.as_deref(), Some("0"), "etcd: {want:?}");
+    assert!(
+        want.1.as_ref().is_some_and(|m| !m.statuses.is_empty()),
+        "etcd lists no status: {want:?}"
+    );
+    assert_eq!(list(ours.port()), want);
+}
