@@ -1,21 +1,26 @@
 //! Kubernetes' own storage conformance: the shared suites of
 //! `k8s.io/apiserver/pkg/storage/testing` run on the apiserver's etcd3
-//! `storage.Interface` (tests/go/storage-conformance, built by
-//! scripts/install-references.sh) against stock etcd 3.6 as control, a
-//! single ephd, and a follower of a three-member ephd cluster.
+//! `storage.Interface`, and on the watch cache (`cacher`) in front of it
+//! (tests/go/storage-conformance, built by scripts/install-references.sh),
+//! against stock etcd 3.6 as control, a single ephd, and a follower of a
+//! three-member ephd cluster.
 //!
-//! Every suite gets a fresh server, as the etcd3 store's own tests do, and
-//! every suite must pass on each (they all pass on etcd 3.6).
+//! Every suite gets a fresh server, as the apiserver's own tests do, and
+//! every suite must pass on each (they all pass on etcd 3.6). The store
+//! suites get the 1 s progress interval the etcd3 store's tests give etcd;
+//! the cacher suites get the server's defaults, as the cacher's tests do
+//! (some expect a list at the newest revision to reach the store, which a
+//! cache kept fresh by progress notifications would answer itself).
 //!
-//! Not run on ephd's defaults, with the reason: the sub-cases of
-//! `TestWatchSemantics` that watch from resource version 1 ([`FROM_RV_1`]).
-//! By default ephd starts its revisions above every earlier run's
-//! (README, "Restarts") and answers older ones as compacted, so that
-//! kube-apiserver relists after a restart instead of resuming from a
-//! revision of a store that no longer exists; a watch from revision 1 on
-//! a fresh ephd is therefore "too old", where a fresh etcd still has
-//! revision 1. With `--revision-continuity=false` ephd starts at 1 like
-//! etcd, and there every suite runs, those sub-cases included.
+//! Not run on ephd's defaults, with the reason: the sub-cases that assume
+//! a fresh store's revisions start at 1 ([`FROM_REVISION_1`]): watches
+//! from resource version 1, and cacher list cases that expect the store
+//! to be asked for revision 5, 6, 7 and 8 exactly. By default ephd starts
+//! its revisions above every earlier run's (README, "Restarts") and
+//! answers older ones as compacted, so that kube-apiserver relists after a
+//! restart instead of resuming from a revision of a store that no longer
+//! exists. With `--revision-continuity=false` ephd starts at 1 like etcd,
+//! and there every suite runs, those sub-cases included.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -28,8 +33,21 @@ use crate::references;
 /// etcd3 store tests start etcd with it).
 const PROGRESS: &str = "--experimental-watch-progress-notify-interval=1s";
 
-/// The sub-cases that watch from revision 1 of a fresh store.
-const FROM_RV_1: &str = "^TestWatchSemantics$/RV=1$";
+/// The sub-cases that assume a fresh store's revisions start at 1 (a Go
+/// test pattern: alternatives, each a test name and a sub-case name).
+const FROM_REVISION_1: &str = "^TestWatchSemantics$/RV=1$\
+    |^TestCacherWatchSemantics$/RV=1$\
+    |^TestCacherList(ConsistentFromCache|FromStore)$/^test_List_with_resource_version_of_[a-z]+_write,_match=Exact$";
+
+/// The flags a suite's server gets: the store suites run with the
+/// progress interval, the cacher suites on the server's defaults.
+fn flags_for(suite: &str) -> &'static [&'static str] {
+    if suite.starts_with("TestCacher") {
+        &[]
+    } else {
+        &[PROGRESS]
+    }
+}
 
 /// How long one suite may take (the slowest take a few seconds).
 const SUITE_LIMIT: Duration = Duration::from_secs(120);
@@ -61,10 +79,30 @@ fn run_suite(name: &str, endpoints: &str, skip: Option<&str>) -> (bool, String) 
         .output()
         .expect("run a storage suite");
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let failures: Vec<&str> = text
-        .lines()
-        .filter(|l| l.contains("_test.go:") || l.contains("_tests.go:") || l.contains("utils.go:"))
-        .take(12)
+    // The failing sub-cases and the assertions' lines, with the first
+    // assertion's whole message (a diff, often).
+    let lines: Vec<&str> = text.lines().collect();
+    let is_assertion =
+        |l: &&str| l.contains("_test.go:") || l.contains("_tests.go:") || l.contains("utils.go:");
+    let first_message = lines
+        .iter()
+        .position(is_assertion)
+        .map(|at| {
+            lines[at..]
+                .iter()
+                .skip(1)
+                .take_while(|l| !is_assertion(l) && !l.trim_start().starts_with("--- "))
+                .take(30)
+                .copied()
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default();
+    let failures: Vec<&str> = lines
+        .iter()
+        .filter(|l| l.trim_start().starts_with("--- FAIL") || is_assertion(l))
+        .take(24)
+        .copied()
+        .chain(first_message)
         .collect();
     (
         out.status.success(),
@@ -76,12 +114,16 @@ fn run_suite(name: &str, endpoints: &str, skip: Option<&str>) -> (bool, String) 
     )
 }
 
-/// Runs every suite, each against a server `start` starts; returns the
-/// names of the suites that failed, with their output.
-fn run_all<S>(skip: Option<&str>, start: impl Fn() -> (S, String)) -> Vec<(String, String)> {
+/// Runs every suite, each against a server `start` starts with the flags
+/// it is given; returns the names of the suites that failed, with their
+/// output.
+fn run_all<S>(
+    skip: Option<&str>,
+    start: impl Fn(&[&str]) -> (S, String),
+) -> Vec<(String, String)> {
     let mut failed = Vec::new();
     for name in suites() {
-        let (server, endpoint) = start();
+        let (server, endpoint) = start(flags_for(&name));
         let (passed, said) = run_suite(&name, &endpoint, skip);
         drop(server);
         if !passed {
@@ -92,8 +134,8 @@ fn run_all<S>(skip: Option<&str>, start: impl Fn() -> (S, String)) -> Vec<(Strin
 }
 
 fn etcd_failures() -> Vec<(String, String)> {
-    run_all(None, || {
-        let etcd = StockEtcd::start_with(&[PROGRESS]);
+    run_all(None, |flags| {
+        let etcd = StockEtcd::start_with(flags);
         let endpoint = etcd.endpoint();
         (etcd, endpoint)
     })
@@ -116,8 +158,8 @@ fn assert_all_passed(what: &str, failed: Vec<(String, String)>) {
 
 #[test]
 fn apiserver_storage_suites_pass_on_ephd() {
-    let failed = run_all(Some(FROM_RV_1), || {
-        let ephd = Ephd::start(&[PROGRESS]);
+    let failed = run_all(Some(FROM_REVISION_1), |flags| {
+        let ephd = Ephd::start(flags);
         let endpoint = ephd.endpoint();
         (ephd, endpoint)
     });
@@ -126,8 +168,8 @@ fn apiserver_storage_suites_pass_on_ephd() {
 
 #[test]
 fn apiserver_storage_suites_pass_on_ephd_starting_at_revision_1() {
-    let failed = run_all(None, || {
-        let ephd = Ephd::start(&[PROGRESS, "--revision-continuity=false"]);
+    let failed = run_all(None, |flags| {
+        let ephd = Ephd::start(&[flags, &["--revision-continuity=false"]].concat());
         let endpoint = ephd.endpoint();
         (ephd, endpoint)
     });
@@ -137,8 +179,8 @@ fn apiserver_storage_suites_pass_on_ephd_starting_at_revision_1() {
 #[test]
 fn apiserver_storage_suites_pass_through_a_cluster_follower() {
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
-    let failed = run_all(Some(FROM_RV_1), || {
-        let cluster = EphdCluster::start(3, &[PROGRESS]);
+    let failed = run_all(Some(FROM_REVISION_1), |flags| {
+        let cluster = EphdCluster::start(3, flags);
         let lead = runtime.block_on(leader(&cluster));
         let follower = cluster
             .running()

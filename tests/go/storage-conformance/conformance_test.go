@@ -123,19 +123,28 @@ func newClient(t testing.TB) *kubernetes.Client {
 }
 
 // setup builds the store as the apiserver's storage factory does, for
-// example.Pods under a key prefix no other test uses.
+// example.Pods, with a prefix transformer the suites can swap.
 func setup(t *testing.T) (context.Context, *storeUnderTest, *kubernetes.Client) {
 	client := newClient(t)
-	codec := apitesting.TestCodec(codecs, examplev1.SchemeGroupVersion)
-	versioner := storage.APIObjectVersioner{}
-	compactor := etcd3.NewCompactor(client.Client, 0, clock.RealClock{}, nil)
-	t.Cleanup(compactor.Stop)
 	transformer := &swappableTransformer{
 		current: storagetesting.NewPrefixTransformer([]byte(storedPrefix), false),
 	}
 	leases := etcd3.NewDefaultLeaseManagerConfig()
 	leases.ReuseDurationSeconds = 1
-	prefix := os.Getenv("EPHD_STORE_PREFIX")
+	s := newEtcd3Store(t, client, storePrefix(), transformer, leases)
+	return context.Background(), &storeUnderTest{Interface: s, transformer: transformer, keyPrefix: storePrefix()}, client
+}
+
+// storePrefix is the key prefix the storage factory is given.
+func storePrefix() string { return os.Getenv("EPHD_STORE_PREFIX") }
+
+// newEtcd3Store is the apiserver's etcd3 storage.Interface for example.Pods
+// under prefix + "/pods/", on client.
+func newEtcd3Store(t testing.TB, client *kubernetes.Client, prefix string, transformer value.Transformer, leases etcd3.LeaseManagerConfig) storage.Interface {
+	codec := apitesting.TestCodec(codecs, examplev1.SchemeGroupVersion)
+	versioner := storage.APIObjectVersioner{}
+	compactor := etcd3.NewCompactor(client.Client, 0, clock.RealClock{}, nil)
+	t.Cleanup(compactor.Stop)
 	s, err := etcd3.New(client, compactor, codec,
 		func() runtime.Object { return &example.Pod{} },
 		func() runtime.Object { return &example.PodList{} },
@@ -145,7 +154,7 @@ func setup(t *testing.T) (context.Context, *storeUnderTest, *kubernetes.Client) 
 		t.Fatal(err)
 	}
 	t.Cleanup(s.Close)
-	return context.Background(), &storeUnderTest{Interface: s, transformer: transformer, keyPrefix: prefix}, client
+	return s
 }
 
 // compaction compacts the store's whole history up to a resource version,
