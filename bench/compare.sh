@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# Compare ephd with stock etcd on this machine, workload by workload.
+# Compare ephd with stock etcd 3.6 and 3.7 and with kine on this machine,
+# workload by workload.
 #
-# For every case, runs etcd and ephd ALTERNATELY (the order flips every
-# repeat: etcd,ephd then ephd,etcd, ...), REPEATS times, each run against a
-# freshly started server on loopback (etcd's data dir on tmpfs /dev/shm).
-# Load comes from ephd-bench (target/release/ephd-bench) and, for `put`, also
-# from etcd's own Go benchmark tool 3.6 (scripts/install-references.sh). Writes
+# For every case, runs the servers in turn (the order rotates every repeat,
+# so that none always runs first), REPEATS times, each run against a
+# freshly started server on loopback: etcd with its default snapshot
+# settings and its data dir on tmpfs (/dev/shm), kine on its memory driver,
+# ephd on its defaults. Load comes from ephd-bench (target/release/ephd-bench)
+# and, for `go-put`, from etcd's own Go benchmark tool 3.6. etcd, kine and the
+# benchmark tool come from scripts/install-references.sh. Writes
 #   bench/results/<stamp>.jsonl   every run's JSON line (plus case/server/repeat)
-#   bench/results/<stamp>.md      medians and ephd/etcd ratios
-#   bench/results/<stamp>.svg     put throughput vs client count, both servers
+#   bench/results/<stamp>.md      medians and ephd/reference ratios
+#   bench/results/<stamp>.svg     put throughput vs client count, every server
 #
 # Environment:
 #   QUICK=1           ~1-minute smoke run (1 repeat, short runs, fewer cases)
@@ -17,10 +20,12 @@
 #   CLIENTS="100 500 2000"   client counts for the put sweep (and the plot)
 #   CASES="..."       subset of: put heartbeat churn expiry range range-paged
 #                     fanout fanout-rate go-put (default: all)
+#   SERVERS="etcd-3.6 etcd-3.7 kine ephd"   the servers to compare (ephd last
+#                     by convention; ratios are ephd over each of the others)
 #   GO_BENCH=1        also run etcd's Go benchmark (0 to skip)
 #   BUILD=1           cargo build --release first (0 to use existing binaries)
 #   EPHD=path         ephd binary (default target/release/ephd)
-#   ETCD=etcd 3.6 of scripts/install-references.sh
+#   EPHD_REFERENCES   where scripts/install-references.sh put etcd and kine
 #   RUN_TIMEOUT=300   hard bound per run, seconds
 #   SUMMARIZE=file.jsonl   only (re)write the .md/.svg from an existing .jsonl
 # Exit: 0 ok (even if some runs failed: see the table); 1 setup failure.
@@ -43,7 +48,7 @@ TOTAL=${TOTAL:-100000}
 GO_BENCH=${GO_BENCH:-1}
 BUILD=${BUILD:-1}
 REFS=${EPHD_REFERENCES:-$HOME/.cache/ephd/references}/bin
-ETCD=${ETCD:-$REFS/etcd-3.6}
+SERVERS=${SERVERS:-etcd-3.6 etcd-3.7 kine ephd}
 EPHD=${EPHD:-$ROOT/target/release/ephd}
 BENCH=${EPHD_BENCH:-$ROOT/target/release/ephd-bench}
 RUN_TIMEOUT=${RUN_TIMEOUT:-300}
@@ -62,7 +67,8 @@ jsonl, md_path, svg_path = sys.argv[1:4]
 runs = [json.loads(l) for l in open(jsonl) if l.strip()]
 meta = next((r for r in runs if r.get("meta")), {})
 runs = [r for r in runs if not r.get("meta")]
-servers = ["etcd", "ephd"]
+servers = meta.get("servers") or sorted({r["server"] for r in runs})
+references = [s for s in servers if s != "ephd"]
 cases = []
 for r in runs:
     if r["case"] not in cases:
@@ -98,41 +104,51 @@ def ratio(a, b, digits=2):
     return f"{a / b:.{digits}f}×"
 
 out = []
-out.append(f"# ephd vs etcd — {meta.get('stamp', '')}\n")
-out.append("Preliminary figures from `bench/compare.sh`: medians over "
-           f"{meta.get('repeats', '?')} run(s) per server, runs alternated etcd/ephd "
-           "with the order flipped each repeat, a fresh server per run.\n")
+out.append(f"# ephd vs {', '.join(references)} — {meta.get('stamp', '')}\n")
+out.append("Figures from `bench/compare.sh`: medians over "
+           f"{meta.get('repeats', '?')} run(s) per server, the servers run in turn "
+           "with the order rotated each repeat, a fresh server per run.\n")
 out.append("| setting | value |\n|---|---|")
-for k in ["git", "ephd", "etcd_version", "cpu", "nproc", "quick", "total", "clients",
+for k in ["git", "ephd", "versions", "cpu", "nproc", "quick", "total", "clients",
           "load_before", "load_after"]:
     if k in meta:
         out.append(f"| {k} | {html.escape(str(meta[k]))} |")
 out.append("")
-out.append("Ratios are ephd/etcd: above 1 is better for throughput, below 1 is better for "
-           "latency, CPU and memory. `CPU µs/op` is the server's utime+stime over the "
-           "measured phase (watch drain included) divided by successful ops; `RSS` is the "
-           "server's peak resident set (VmHWM). `other CPU` is the median share of all CPUs "
-           "used by other processes during the runs: above ~10% the figures are disturbed.\n")
+out.append("Ratios are ephd over each reference: above 1 is better for throughput, below 1 "
+           "is better for latency, CPU and memory. `CPU µs/op` is the server's utime+stime "
+           "over the measured phase (watch drain included) divided by successful ops; `RSS` "
+           "is the server's peak resident set (VmHWM). `other CPU` is the median share of "
+           "all CPUs used by other processes during the runs: above ~10% the figures are "
+           "disturbed.\n")
 
-out.append("## Throughput, latency, server cost\n")
-out.append("| case | etcd ops/s | ephd ops/s | ephd/etcd | etcd p99 ms | ephd p99 ms | ephd/etcd "
-           "| etcd CPU µs/op | ephd CPU µs/op | ephd/etcd | etcd RSS MB | ephd RSS MB | errors etcd/ephd | runs | other CPU |")
-out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+def metric_table(title, key, digits):
+    out.append(f"## {title}\n")
+    head = ["case"] + servers + [f"ephd/{r}" for r in references]
+    out.append("| " + " | ".join(head) + " |")
+    out.append("|---|" + "---:|" * (len(head) - 1))
+    for c in cases:
+        row = [c] + [fmt(med(c, s, key), digits) for s in servers]
+        row += [ratio(med(c, "ephd", key), med(c, r, key)) for r in references]
+        out.append("| " + " | ".join(row) + " |")
+    out.append("")
+
+metric_table("Throughput (ops/s)", "ops_per_s", 0)
+metric_table("Latency p99 (ms)", "lat_p99_ms", 2)
+metric_table("Server CPU per operation (µs)", "server_cpu_us_per_op", 1)
+metric_table("Server peak RSS (MB)", "server_peak_rss_mb", 0)
+
+out.append("## Errors and runs\n")
+out.append("Errors are totals over all runs; runs counts the successful ones (failed ones "
+           "in brackets); other CPU is the median per server.\n")
+out.append("| case | " + " | ".join(f"{s} errors | {s} runs | {s} other CPU" for s in servers) + " |")
+out.append("|---|" + "---:|" * (3 * len(servers)))
 for c in cases:
-    e, p = "etcd", "ephd"
-    row = [c,
-           fmt(med(c, e, "ops_per_s")), fmt(med(c, p, "ops_per_s")),
-           ratio(med(c, p, "ops_per_s"), med(c, e, "ops_per_s")),
-           fmt(med(c, e, "lat_p99_ms"), 2), fmt(med(c, p, "lat_p99_ms"), 2),
-           ratio(med(c, p, "lat_p99_ms"), med(c, e, "lat_p99_ms")),
-           fmt(med(c, e, "server_cpu_us_per_op"), 1), fmt(med(c, p, "server_cpu_us_per_op"), 1),
-           ratio(med(c, p, "server_cpu_us_per_op"), med(c, e, "server_cpu_us_per_op")),
-           fmt(med(c, e, "server_peak_rss_mb")), fmt(med(c, p, "server_peak_rss_mb")),
-           f"{total(c, e, 'errors')}/{total(c, p, 'errors')}",
-           f"{n_runs(c, e)}+{n_runs(c, p)}" + (f" ({n_failed(c, e)}+{n_failed(c, p)} failed)"
-                                               if n_failed(c, e) + n_failed(c, p) else ""),
-           fmt(med(c, e, "other_cpu_frac") and 100 * med(c, e, "other_cpu_frac")) + "%/"
-           + fmt(med(c, p, "other_cpu_frac") and 100 * med(c, p, "other_cpu_frac")) + "%"]
+    row = [c]
+    for s in servers:
+        failed_runs = n_failed(c, s)
+        row += [str(total(c, s, "errors")),
+                f"{n_runs(c, s)}" + (f" ({failed_runs})" if failed_runs else ""),
+                fmt(med(c, s, "other_cpu_frac") and 100 * med(c, s, "other_cpu_frac")) + "%"]
     out.append("| " + " | ".join(row) + " |")
 out.append("")
 
@@ -213,7 +229,9 @@ if sweep:
         return L + (W - L - R) * (i + 0.5) / len(xs)
     def py(v):
         return T + (H - T - B) * (1 - v / ymax)
-    colors = {"etcd": "#d62728", "ephd": "#1f77b4"}
+    palette = ["#d62728", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b"]
+    colors = {s: ("#1f77b4" if s == "ephd" else palette[i % len(palette)])
+              for i, s in enumerate(servers)}
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" '
              f'font-family="sans-serif" font-size="12">',
              f'<rect width="{W}" height="{H}" fill="white"/>',
@@ -240,7 +258,7 @@ if sweep:
             x = px(xs.index(p[0]))
             parts.append(f'<line x1="{x:.1f}" y1="{py(p[2]):.1f}" x2="{x:.1f}" y2="{py(p[3]):.1f}" stroke="{c}"/>')
             parts.append(f'<circle cx="{x:.1f}" cy="{py(p[1]):.1f}" r="4" fill="{c}"/>')
-            dy = -7 if s == "ephd" else 16
+            dy = -7 if s == "ephd" else 16 + 12 * references.index(s)
             parts.append(f'<text x="{x+7:.1f}" y="{py(p[1])+dy:.1f}" fill="{c}">{p[1]/1000:.1f}k</text>')
         parts.append(f'<rect x="{W-R-90}" y="{T+j*18}" width="12" height="12" fill="{c}"/>')
         parts.append(f'<text x="{W-R-72}" y="{T+j*18+10}">{s}</text>')
@@ -262,10 +280,22 @@ fi
 
 # ------------------------------------------------------------------- setup
 command -v python3 >/dev/null || { echo "python3 is required" >&2; exit 1; }
-if [[ ! -x $ETCD ]]; then
-  log "etcd not found at $ETCD; building the references with scripts/install-references.sh"
-  timeout 1800 bash "$ROOT/scripts/install-references.sh" || { echo "cannot build etcd" >&2; exit 1; }
-fi
+# The binary each server runs.
+binary_of() {
+  case $1 in
+    ephd) echo "$EPHD" ;;
+    etcd-3.6 | etcd-3.7 | kine) echo "$REFS/$1" ;;
+    *) echo "unknown server $1 (SERVERS takes etcd-3.6, etcd-3.7, kine and ephd)" >&2; return 1 ;;
+  esac
+}
+for s in $SERVERS; do
+  binary_of "$s" >/dev/null || exit 1
+  if [[ $s != ephd && ! -x $(binary_of "$s") ]]; then
+    log "$s not found in $REFS; building the references with scripts/install-references.sh"
+    timeout 1800 bash "$ROOT/scripts/install-references.sh" || { echo "cannot build the references" >&2; exit 1; }
+  fi
+done
+[[ " $SERVERS " == *" ephd "* ]] || { echo "SERVERS must include ephd (the ratios are over it)" >&2; exit 1; }
 if [[ $BUILD == 1 ]]; then
   log "building release binaries"
   (cd "$ROOT" && timeout 1800 cargo build --release -p ephd -p ephd-bench) >&2
@@ -283,10 +313,14 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-read -r free1 free2 free3 < <(python3 "$ROOT/bench/free_ports.py" 3)
-ETCD_PORT=${ETCD_PORT:-$free1}
-ETCD_PEER_PORT=${ETCD_PEER_PORT:-$free2}
-EPHD_PORT=${EPHD_PORT:-$free3}
+# One client port per server (so that a run never meets the previous
+# server's lingering connections), and the peer port etcd needs.
+read -r -a FREE < <(python3 "$ROOT/bench/free_ports.py" $(($(wc -w <<<"$SERVERS") + 1)))
+PEER_PORT=${FREE[0]}
+CLIENT_PORTS=("${FREE[@]:1}")
+declare -A PORT
+i=0
+for s in $SERVERS; do PORT[$s]=${CLIENT_PORTS[$i]}; i=$((i + 1)); done
 
 GO_BIN=${GO_BIN:-$REFS/benchmark-3.6}
 if [[ " $CASES " == *" go-put "* && $GO_BENCH == 1 && ! -x $GO_BIN ]]; then
@@ -297,7 +331,7 @@ if [[ " $CASES " == *" go-put "* && $GO_BENCH == 1 && ! -x $GO_BIN ]]; then
   fi
 fi
 
-port_of() { if [[ $1 == etcd ]]; then echo "$ETCD_PORT"; else echo "$EPHD_PORT"; fi; }
+port_of() { echo "${PORT[$1]}"; }
 
 wait_ready() { # port pid
   local i
@@ -316,21 +350,28 @@ wait_ready() { # port pid
   return 1
 }
 
-start_server() { # etcd|ephd tag
-  local port
+start_server() { # server tag
+  local port binary
   port=$(port_of "$1")
-  if [[ $1 == etcd ]]; then
-    rm -rf "$DATA/etcd"
-    "$ETCD" --name compare --data-dir "$DATA/etcd" \
-      --listen-client-urls "http://127.0.0.1:$port" --advertise-client-urls "http://127.0.0.1:$port" \
-      --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
-      --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
-      --initial-cluster "compare=http://127.0.0.1:$ETCD_PEER_PORT" \
-      --quota-backend-bytes 8589934592 \
-      --logger zap --log-outputs stderr --log-level warn >"$WORK/$2.log" 2>&1 &
-  else
-    "$EPHD" --listen-client-urls "http://127.0.0.1:$port" --log-level warn >"$WORK/$2.log" 2>&1 &
-  fi
+  binary=$(binary_of "$1")
+  case $1 in
+    etcd-*)
+      rm -rf "$DATA/etcd"
+      "$binary" --name compare --data-dir "$DATA/etcd" \
+        --listen-client-urls "http://127.0.0.1:$port" --advertise-client-urls "http://127.0.0.1:$port" \
+        --listen-peer-urls "http://127.0.0.1:$PEER_PORT" \
+        --initial-advertise-peer-urls "http://127.0.0.1:$PEER_PORT" \
+        --initial-cluster "compare=http://127.0.0.1:$PEER_PORT" \
+        --quota-backend-bytes 8589934592 \
+        --logger zap --log-outputs stderr --log-level warn >"$WORK/$2.log" 2>&1 &
+      ;;
+    kine)
+      "$binary" --endpoint memory:// --listen-address "127.0.0.1:$port" >"$WORK/$2.log" 2>&1 &
+      ;;
+    ephd)
+      "$binary" --listen-client-urls "http://127.0.0.1:$port" --log-level warn >"$WORK/$2.log" 2>&1 &
+      ;;
+  esac
   SERVER_PID=$!
   if ! wait_ready "$port" "$SERVER_PID"; then
     log "$1 did not become ready on 127.0.0.1:$port (log: $WORK/$2.log)"
@@ -465,9 +506,10 @@ PY
 }
 
 # -------------------------------------------------------------------- main
-python3 - "$STAMP" "$REPEATS" "$QUICK" "$TOTAL" "$CLIENTS" "$EPHD" "$ETCD" "$ROOT" >"$JSONL" <<'PY'
+python3 - "$STAMP" "$REPEATS" "$QUICK" "$TOTAL" "$CLIENTS" "$EPHD" "$REFS" "$ROOT" "$SERVERS" >"$JSONL" <<'PY'
 import json, sys, subprocess, os
-stamp, repeats, quick, total, clients, ephd, etcd, root = sys.argv[1:9]
+stamp, repeats, quick, total, clients, ephd, refs, root, servers = sys.argv[1:10]
+servers = servers.split()
 def sh(cmd):
     try:
         return subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=10).stdout.strip()
@@ -477,13 +519,22 @@ cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.start
 print(json.dumps({"meta": True, "stamp": stamp, "repeats": int(repeats), "quick": quick == "1",
                   "total": int(total), "clients": clients, "ephd": ephd,
                   "git": sh(f"cd {root} && git rev-parse --short HEAD") + (" (dirty)" if sh(f"cd {root} && git status --porcelain --untracked-files=no") else ""),
-                  "etcd_version": sh(f"{etcd} --version | head -1"), "cpu": cpu,
+                  "servers": servers,
+                  "versions": "; ".join(
+                      f"{s}: " + (sh(f"{refs}/{s} --version | head -1") if s.startswith("etcd")
+                                  else sh(f"/usr/local/go/bin/go version -m {refs}/kine | grep -m1 -w mod | cut -f3,4")
+                                  if s == "kine" else sh(f"git -C {root} rev-parse --short HEAD"))
+                      for s in servers),
+                  "cpu": cpu,
                   "nproc": os.cpu_count(), "load_before": open("/proc/loadavg").read().split()[0]}))
 PY
-log "results: $JSONL (etcd :$ETCD_PORT, ephd :$EPHD_PORT, repeats $REPEATS, cases: $CASES)"
+log "results: $JSONL (servers: $SERVERS, repeats $REPEATS, cases: $CASES)"
 
+read -r -a ALL <<<"$SERVERS"
 for ((r = 1; r <= REPEATS; r++)); do
-  if ((r % 2)); then ORDER=(etcd ephd); else ORDER=(ephd etcd); fi
+  # Rotate the order by one each repeat.
+  ORDER=()
+  for ((k = 0; k < ${#ALL[@]}; k++)); do ORDER+=("${ALL[$(((k + r - 1) % ${#ALL[@]}))]}"); done
   for c in $CASES; do
     case $c in
       put)
