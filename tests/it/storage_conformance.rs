@@ -117,10 +117,7 @@ fn run_suite(name: &str, endpoints: &str, skip: Option<&str>) -> (bool, String) 
 /// Runs every suite, each against a server `start` starts with the flags
 /// it is given; returns the names of the suites that failed, with their
 /// output.
-fn run_all<S>(
-    skip: Option<&str>,
-    start: impl Fn(&[&str]) -> (S, String),
-) -> Vec<(String, String)> {
+fn run_all<S>(skip: Option<&str>, start: impl Fn(&[&str]) -> (S, String)) -> Vec<(String, String)> {
     let mut failed = Vec::new();
     for name in suites() {
         let (server, endpoint) = start(flags_for(&name));
