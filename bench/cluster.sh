@@ -45,7 +45,6 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 export PYTHONDONTWRITEBYTECODE=1
-SHARED=${SHARED_DIR:-$ROOT/../shared}
 TOOL=$ROOT/bench/cluster_tool.py
 SUMMARY=$ROOT/bench/cluster_summary.py
 if [[ -n ${SUMMARIZE:-} ]]; then
@@ -75,7 +74,7 @@ EPHD_BENCH=${EPHD_BENCH:-$TGT/release/ephd-bench}
 REFS=${EPHD_REFERENCES:-$HOME/.cache/ephd/references}/bin
 ETCD=${ETCD:-$REFS/etcd-3.6}
 export ETCDCTL=${ETCDCTL:-$REFS/etcdctl-3.6}
-GO_BIN=${BENCH_DIR:-$HOME/.cache/etcd-benchmark}/bin/benchmark
+GO_BIN=${GO_BIN:-$REFS/benchmark-3.6}
 OUT_DIR=${OUT_DIR:-$ROOT/bench/results/cluster-$(date +%Y%m%d)/$(date +%H%M%S)}
 EPHD_LOG_LEVEL=${EPHD_LOG_LEVEL:-warn}
 QUOTA=8589934592
@@ -95,8 +94,8 @@ if [[ $BUILD == 1 ]]; then
 fi
 [[ -x $EPHD && -x $EPHD_BENCH ]] || { echo "missing $EPHD or $EPHD_BENCH (BUILD=1 builds them)" >&2; exit 1; }
 if [[ ! -x $GO_BIN ]]; then
-  log "building etcd's benchmark tool ($SHARED/bench/build-etcd-benchmark.sh)"
-  timeout 900 bash "$SHARED/bench/build-etcd-benchmark.sh" >&2 || { echo "cannot build etcd's benchmark" >&2; exit 1; }
+  log "building etcd's benchmark tool 3.6 (scripts/install-references.sh)"
+  timeout 1800 bash "$ROOT/scripts/install-references.sh" >&2 || { echo "cannot build etcd's benchmark" >&2; exit 1; }
 fi
 
 WORK=$(mktemp -d /tmp/ephd-cluster-bench.XXXXXX)
@@ -357,9 +356,9 @@ while python3 -c "import sys; sys.exit(0 if float('$(load1)') >= float('$LOAD_MA
   log "1-minute load $(load1) >= $LOAD_MAX: waiting (${waited}s of ${LOAD_WAIT}s)"
   sleep 30; waited=$((waited + 30))
 done
-python3 - "$ROOT" "$EPHD" "$ETCD" "$REPEATS" "$TOTAL" "$CASES" "$KILLS" "$FO_RATE" "$FO_CLIENTS" "$waited" "${EPHD_ENV:-}" "${ETCD_ENV:-}" >>"$JSONL" <<'PY'
+python3 - "$ROOT" "$EPHD" "$ETCD" "$REPEATS" "$TOTAL" "$CASES" "$KILLS" "$FO_RATE" "$FO_CLIENTS" "$waited" "${EPHD_ENV:-}" "${ETCD_ENV:-}" "$GO_BIN" >>"$JSONL" <<'PY'
 import json, os, subprocess, sys, time
-root, ephd, etcd, repeats, total, cases, kills, fo_rate, fo_clients, waited, ephd_env, etcd_env = sys.argv[1:13]
+root, ephd, etcd, repeats, total, cases, kills, fo_rate, fo_clients, waited, ephd_env, etcd_env, bench = sys.argv[1:14]
 def sh(c):
     try:
         return subprocess.run(c, shell=True, capture_output=True, text=True, timeout=10).stdout.strip()
@@ -371,6 +370,7 @@ print(json.dumps({"meta": True, "started": time.strftime("%Y-%m-%d %H:%M:%S"), "
                   "fo_clients": int(fo_clients), "ephd": ephd,
                   "git": sh(f"cd {root} && git rev-parse --short HEAD") + (" (dirty)" if sh(f"cd {root} && git status --porcelain --untracked-files=no") else ""),
                   "etcd_version": sh(f"{etcd} --version | head -1"), "cpu": cpu, "nproc": os.cpu_count(),
+                  "benchmark": sh(f"/usr/local/go/bin/go version -m {bench} | grep -m1 -w mod | cut -f3,4"),
                   "load_before": open("/proc/loadavg").read().split()[:3], "load_waited_s": int(waited),
                   "ephd_env": ephd_env, "etcd_env": etcd_env}))
 PY

@@ -54,7 +54,7 @@ w("# Three-member ephd against three-member stock etcd (`bench/cluster.sh`)\n")
 w(f"Started {meta.get('started', '?')}, ephd `{meta.get('git', '?')}`, {meta.get('etcd_version', '?')}, "
   f"{meta.get('cpu', '?')} × {meta.get('nproc', '?')}; 1/5/15-minute load before: "
   f"{' / '.join(meta.get('load_before', []))} (waited {meta.get('load_waited_s', 0)} s for it to drop). "
-  f"etcd's `benchmark` 3.4.23, `--clients 100 --conns 10 --total {meta.get('total', '?'):,} --key-size 48 "
+  f"etcd's `benchmark` ({meta.get('benchmark') or 'version not recorded'}), `--clients 100 --conns 10 --total {meta.get('total', '?'):,} --key-size 48 "
   f"--val-size 1024 --key-space-size 100000`, a fresh cluster per run, etcd data dirs on tmpfs.\n")
 if meta.get("ephd_env") or meta.get("etcd_env"):
     w(f"Environment of the three-member clusters' processes (not the single member's): ephd "
@@ -154,7 +154,7 @@ if any(fo.values()):
         w(f"**Incomplete**: {n}.\n")
 
 # ---- targets
-w("## Targets (issue 10)\n")
+w("## Targets\n")
 w("| target | figure | met |")
 w("|---|---|---|")
 
