@@ -36,6 +36,7 @@ use std::time::Duration;
     name = "ephd",
     version,
     about = "In-memory, etcd-v3-compatible store for Kubernetes' ephemeral resources",
+    long_about = None,
     after_help = "Every flag can also be set from ETCD_<FLAG> (etcd's names: --max-txn-ops is \
 ETCD_MAX_TXN_OPS). etcd 3.4's other flags are accepted with a warning saying why they do \
 not apply, or refused when they set something ephd does not implement (README, Configuration)."

@@ -149,3 +149,19 @@ fn max_request_bytes_goes_up_to_one_gib_and_no_further() {
     assert!(e.contains("1 GiB") && e.contains("4 GiB"), "{e}");
     assert!(Config::try_parse_from(["ephd", "--max-request-bytes", "lots"]).is_err());
 }
+
+#[test]
+fn help_starts_with_what_ephd_is() {
+    use clap::CommandFactory;
+    for help in [
+        Config::command().render_help().to_string(),
+        Config::command().render_long_help().to_string(),
+    ] {
+        assert!(
+            help.starts_with("In-memory, etcd-v3-compatible store"),
+            "help opens with: {}",
+            help.lines().next().unwrap_or_default()
+        );
+        assert!(!help.contains("Serialize"), "{help}");
+    }
+}
