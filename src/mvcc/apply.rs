@@ -28,18 +28,24 @@
 use super::alarms;
 use super::entry::{Applied, Entry};
 use super::initial::COMPACT_REV_KEY;
+use super::journal::{self, Change};
 use super::store::Store;
 use super::types::*;
 use super::validate;
 use crate::error::{Error, Result};
 
 impl Store {
-    /// Applies one entry. Returns once its revision is visible to readers,
-    /// waiting on the calling thread; async callers use
-    /// [`Store::apply_async`].
+    /// Applies one entry. Returns once its revision is visible to readers
+    /// (and, with a journal, once its record is durable), waiting on the
+    /// calling thread; async callers use [`Store::apply_async`].
     pub fn apply(&self, entry: Entry) -> Result<Applied> {
-        let (applied, visible_at) = self.apply_unpublished(entry)?;
+        let (applied, visible_at, durable_at) = self.apply_journaled(entry)?;
         self.sequencer().wait_visible(visible_at);
+        if let (Some(journal), true) = (self.sequencer().journal(), durable_at > 0) {
+            while journal.durable() < durable_at {
+                std::thread::sleep(std::time::Duration::from_micros(50));
+            }
+        }
         Ok(applied)
     }
 
@@ -47,14 +53,51 @@ impl Store {
     /// still being applied by another thread, the task yields to the runtime
     /// instead of blocking its worker.
     pub async fn apply_async(&self, entry: Entry) -> Result<Applied> {
-        let (applied, visible_at) = self.apply_unpublished(entry)?;
+        let (applied, visible_at, durable_at) = self.apply_journaled(entry)?;
         self.sequencer().visible(visible_at).await;
+        if let (Some(journal), true) = (self.sequencer().journal(), durable_at > 0) {
+            let mut durable = journal.subscribe();
+            while journal.durable() < durable_at {
+                if durable.changed().await.is_err() {
+                    break;
+                }
+            }
+        }
         Ok(applied)
+    }
+
+    /// Applies an entry under the journal's cut (`journal.rs`): a keyed
+    /// write shares it, any other entry holds it alone and, when it took
+    /// no revision (whose record the sequencer hands over), has its record
+    /// appended right after it applied. Returns the result, the revision
+    /// that must be visible and the journal position that must be durable
+    /// (0: none) before the result may be sent.
+    fn apply_journaled(&self, entry: Entry) -> Result<(Applied, i64, u64)> {
+        let Some(journal) = self.sequencer().journal() else {
+            return self.apply_unpublished(entry).map(|(a, at)| (a, at, 0));
+        };
+        if journal::is_keyed_write(&entry) {
+            let _cut = self.journal_cut().read();
+            return self.apply_unpublished(entry).map(|(a, at)| (a, at, 0));
+        }
+        let _cut = self.journal_cut().write();
+        let record = journal::changes_state(&entry).then(|| journal.encode(Change::Entry(&entry)));
+        if matches!(entry, Entry::Initialize { .. }) {
+            // It moves the revision: every earlier one is published first.
+            self.sequencer().wait_visible(self.sequencer().allocated());
+        }
+        let before = self.sequencer().allocated();
+        let (applied, visible_at) = self.apply_unpublished(entry)?;
+        let durable_at = match record {
+            Some(record) if self.sequencer().allocated() == before => journal.append(None, record),
+            _ => 0,
+        };
+        Ok((applied, visible_at, durable_at))
     }
 
     /// Applies an entry; returns its result and the revision that must be
     /// visible before the result may be sent.
-    fn apply_unpublished(&self, entry: Entry) -> Result<(Applied, i64)> {
+    pub(super) fn apply_unpublished(&self, entry: Entry) -> Result<(Applied, i64)> {
         match entry {
             Entry::Put(req) => {
                 validate::check_put(&req)?;
@@ -62,7 +105,7 @@ impl Store {
                 self.check_put_lease(&req)?;
                 // Checked in full above: the write runs as a one-op txn
                 // without the txn checks (etcd's unary put has none).
-                let (resp, at) = self.write_txn(&one_op(RequestOp::Put(req)))?;
+                let (resp, at) = self.write_txn(&one_op(RequestOp::Put(req)), None)?;
                 match resp.responses.into_iter().next() {
                     Some(ResponseOp::Put(p)) => Ok((Applied::Put(p), at)),
                     _ => unreachable!("a put txn answers with a put response"),
@@ -71,7 +114,7 @@ impl Store {
             Entry::Delete(req) => {
                 validate::check_key(&req.key)?;
                 self.alarm_table().check_write(false)?;
-                let (resp, at) = self.write_txn(&one_op(RequestOp::Delete(req)))?;
+                let (resp, at) = self.write_txn(&one_op(RequestOp::Delete(req)), None)?;
                 match resp.responses.into_iter().next() {
                     Some(ResponseOp::Delete(d)) => Ok((Applied::Delete(d), at)),
                     _ => unreachable!("a delete txn answers with a delete response"),
@@ -131,7 +174,9 @@ impl Store {
                     value: bytes::Bytes::from(revision.to_string()),
                     ..Default::default()
                 };
-                let (resp, at) = self.write_txn(&one_op(RequestOp::Put(put)))?;
+                let recorded_as = Entry::Initialize { revision };
+                let (resp, at) =
+                    self.write_txn(&one_op(RequestOp::Put(put)), Some(&recorded_as))?;
                 let revision = resp.revision;
                 Ok((Applied::Initialize { revision }, at))
             }
@@ -195,7 +240,7 @@ impl Store {
         }
         let takes_space = alarms::txn_takes_space(&req);
         self.alarm_table().check_write(takes_space)?;
-        self.write_txn(&req)
+        self.write_txn(&req, None)
     }
 
     // ------------------------------------------------ per-kind conveniences

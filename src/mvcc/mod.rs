@@ -18,6 +18,7 @@
 //! write, read,        the operations on a Store, one concern each
 //!   compact, restore
 //! apply               the one write path: every mutation is an Entry
+//! journal             changes handed to a write-ahead log in replay order; replay
 //! alarms              NOSPACE/CORRUPT alarms and what they forbid
 //! quota               the space quota, checked before applying or proposing
 //! leases              every lease rule, through the apply path
@@ -40,6 +41,7 @@ mod history;
 mod image;
 mod index;
 mod initial;
+mod journal;
 mod leases;
 mod limits;
 mod locks;
@@ -67,6 +69,7 @@ pub use chunk::{RangeChunk, KV_OVERHEAD};
 pub use entry::{Applied, Entry};
 pub use image::{ImageLease, ImageVersion, StoreImage};
 pub use initial::COMPACT_REV_KEY;
+pub use journal::{Change, Journal, ReplayError, Replayed, SnapshotCut};
 pub use limits::Limits;
 pub use log::{EventLog, LoggedEvent};
 pub use quota::{space_cost, Space};

@@ -76,6 +76,12 @@ impl Store {
     pub fn live_kvs(&self) -> (i64, Vec<Kv>) {
         let _gate = self.compaction_gate().read();
         let rev = self.current_revision();
+        (rev, self.visible_kvs(rev))
+    }
+
+    /// Every key-value visible at `rev`, in key order; the caller holds the
+    /// compaction gate, so the versions at `rev` stay.
+    pub(super) fn visible_kvs(&self, rev: i64) -> Vec<Kv> {
         let mut out = Vec::new();
         LockedRead(self.index()).for_each_visible(
             &Bytes::from_static(b"\0"),
@@ -83,7 +89,7 @@ impl Store {
             rev,
             &mut |kv| out.push(kv.clone()),
         );
-        (rev, out)
+        out
     }
 
     /// A hash of every version in `(compacted, rev]`, stable for identical

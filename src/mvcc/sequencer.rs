@@ -15,19 +15,36 @@
 //! * Every allocated revision is committed exactly once. A [`Ticket`] that
 //!   is dropped without [`Ticket::finish`] (a panic while applying) commits
 //!   its revision empty, so writers and watchers waiting for it never hang.
+//! * With a journal attached (`journal.rs`), each revision's record is
+//!   handed to it in revision order, and the watermark moves only over
+//!   revisions the journal has reported durable ([`Sequencer::release`]).
 
+use super::journal::{Change, Journal};
 use super::log::EventLog;
 use super::types::Event;
 use parking_lot::Mutex;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, OnceLock};
 
 /// See the module docs.
 pub(crate) struct Sequencer {
     allocated: AtomicI64,
     committed: AtomicI64,
-    pending: Mutex<BTreeMap<i64, Vec<Event>>>,
+    pending: Mutex<Pending>,
     log: EventLog,
+    journal: OnceLock<Arc<dyn Journal>>,
+}
+
+/// Revisions finished but not yet published.
+#[derive(Default)]
+struct Pending {
+    /// Finished above the next one in order, with their records.
+    waiting: BTreeMap<i64, (Vec<Event>, Option<Vec<u8>>)>,
+    /// The newest revision handed to the journal (in order, with a journal).
+    handed: i64,
+    /// Handed to the journal and waiting for it to report them durable.
+    unreleased: VecDeque<(i64, Vec<Event>)>,
 }
 
 impl Sequencer {
@@ -36,9 +53,28 @@ impl Sequencer {
         Sequencer {
             allocated: AtomicI64::new(start),
             committed: AtomicI64::new(start),
-            pending: Mutex::new(BTreeMap::new()),
+            pending: Mutex::new(Pending {
+                handed: start,
+                ..Pending::default()
+            }),
             log: EventLog::new(start),
+            journal: OnceLock::new(),
         }
+    }
+
+    /// Hands every later revision to `journal` and publishes it only once
+    /// released. The caller holds off every write (nothing is in flight).
+    pub(crate) fn attach(&self, journal: Arc<dyn Journal>) {
+        let mut pending = self.pending.lock();
+        pending.handed = self.committed();
+        if self.journal.set(journal).is_err() {
+            panic!("a store takes one journal");
+        }
+    }
+
+    /// The attached journal, if any.
+    pub(crate) fn journal(&self) -> Option<Arc<dyn Journal>> {
+        self.journal.get().cloned()
     }
 
     /// The watermark: every revision up to it is visible.
@@ -63,7 +99,9 @@ impl Sequencer {
     /// caller's publish once the rest of the state is in place.
     pub(crate) fn reset(&self, revision: i64, events: Vec<super::log::LoggedEvent>) {
         let mut pending = self.pending.lock();
-        pending.clear();
+        pending.waiting.clear();
+        pending.unreleased.clear();
+        pending.handed = revision;
         self.log.replace(events);
         self.allocated.store(revision, Ordering::Release);
         self.committed.store(revision, Ordering::Release);
@@ -72,6 +110,7 @@ impl Sequencer {
     /// Moves both revisions up to `revision`, keeping the log (the
     /// initial-revision entry; the caller holds the store exclusively).
     pub(crate) fn bump(&self, revision: i64) {
+        self.pending.lock().handed = revision;
         self.allocated.store(revision, Ordering::Release);
         self.committed.store(revision, Ordering::Release);
     }
@@ -88,16 +127,31 @@ impl Sequencer {
     }
 
     /// Publishes `rev` with its events once every earlier revision is
-    /// published.
-    fn commit(&self, rev: i64, events: Vec<Event>) {
+    /// published; with a journal, hands its record on in order instead and
+    /// leaves publishing to [`Sequencer::release`].
+    fn commit(&self, rev: i64, events: Vec<Event>, record: Option<Vec<u8>>) {
         let mut pending = self.pending.lock();
+        if let Some(journal) = self.journal.get() {
+            pending.waiting.insert(rev, (events, record));
+            loop {
+                let next = pending.handed + 1;
+                let Some((events, record)) = pending.waiting.remove(&next) else {
+                    break;
+                };
+                pending.handed = next;
+                let record = record.unwrap_or_else(|| journal.encode(Change::Empty));
+                journal.append(Some(next), record);
+                pending.unreleased.push_back((next, events));
+            }
+            return;
+        }
         let mut next = self.committed.load(Ordering::Acquire) + 1;
         if rev != next {
-            pending.insert(rev, events);
+            pending.waiting.insert(rev, (events, None));
             return;
         }
         self.log.append(rev, events);
-        while let Some(events) = pending.remove(&(next + 1)) {
+        while let Some((events, _)) = pending.waiting.remove(&(next + 1)) {
             next += 1;
             self.log.append(next, events);
         }
@@ -105,6 +159,26 @@ impl Sequencer {
         // Wake watchers and writers waiting in `visible` only now that the
         // revisions are readable.
         self.log.publish(next);
+    }
+
+    /// Publishes every revision up to `up_to` that the journal has taken:
+    /// the journal reports them durable.
+    pub(crate) fn release(&self, up_to: i64) {
+        let mut pending = self.pending.lock();
+        let mut newest = None;
+        while pending
+            .unreleased
+            .front()
+            .is_some_and(|(rev, _)| *rev <= up_to)
+        {
+            let (rev, events) = pending.unreleased.pop_front().expect("checked");
+            self.log.append(rev, events);
+            newest = Some(rev);
+        }
+        if let Some(rev) = newest {
+            self.committed.store(rev, Ordering::Release);
+            self.log.publish(rev);
+        }
     }
 
     /// Waits until revision `rev` is visible to readers, so that a client
@@ -115,10 +189,13 @@ impl Sequencer {
         while self.committed() < rev {
             if spins < 64 {
                 std::hint::spin_loop();
-            } else {
+            } else if spins < 128 || self.journal.get().is_none() {
                 std::thread::yield_now();
+            } else {
+                // Waiting on the journal's disk write: sleep, not spin.
+                std::thread::sleep(std::time::Duration::from_micros(50));
             }
-            spins += 1;
+            spins = spins.saturating_add(1);
         }
     }
 
@@ -158,10 +235,15 @@ impl Ticket<'_> {
         self.rev
     }
 
-    /// Commits the revision with the events it produced.
-    pub(crate) fn finish(mut self, events: Vec<Event>) {
+    /// Commits the revision with the events it produced; with a journal,
+    /// `change` is what its record replays (None: an empty revision).
+    pub(crate) fn finish(mut self, events: Vec<Event>, change: Option<Change<'_>>) {
         self.done = true;
-        self.seq.commit(self.rev, events);
+        let record = match (self.seq.journal.get(), change) {
+            (Some(journal), Some(change)) => Some(journal.encode(change)),
+            _ => None,
+        };
+        self.seq.commit(self.rev, events, record);
     }
 }
 
@@ -172,7 +254,7 @@ impl Drop for Ticket<'_> {
                 revision = self.rev,
                 "a write failed mid-apply; committing its revision empty"
             );
-            self.seq.commit(self.rev, Vec::new());
+            self.seq.commit(self.rev, Vec::new(), None);
         }
     }
 }
@@ -211,11 +293,11 @@ mod tests {
         let (a, b, c) = (seq.next(), seq.next(), seq.next());
         assert_eq!((a.revision(), b.revision(), c.revision()), (11, 12, 13));
         assert_eq!(seq.allocated(), 13);
-        c.finish(event(13));
-        b.finish(event(12));
+        c.finish(event(13), None);
+        b.finish(event(12), None);
         assert_eq!(seq.committed(), 10, "11 is still being applied");
         assert!(logged(&seq).is_empty(), "nothing reaches the log early");
-        a.finish(event(11));
+        a.finish(event(11), None);
         assert_eq!(seq.committed(), 13);
         assert_eq!(seq.log().latest(), 13);
         assert_eq!(logged(&seq), vec![11, 12, 13]);
@@ -226,7 +308,7 @@ mod tests {
         let seq = Sequencer::new(0);
         let a = seq.next();
         let b = seq.next();
-        b.finish(event(2));
+        b.finish(event(2), None);
         drop(a);
         assert_eq!(seq.committed(), 2);
         assert_eq!(logged(&seq), vec![2], "the dropped revision has no events");
@@ -245,7 +327,7 @@ mod tests {
                         let rev = t.revision();
                         // Every revision below the watermark is published.
                         assert!(seq.committed() < rev);
-                        t.finish(event(rev));
+                        t.finish(event(rev), None);
                         seq.wait_visible(rev);
                     }
                 })
@@ -273,7 +355,7 @@ mod tests {
         };
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         assert!(!waiter.is_finished());
-        t.finish(event(1));
+        t.finish(event(1), None);
         tokio::time::timeout(std::time::Duration::from_secs(5), waiter)
             .await
             .expect("woken by the publish")

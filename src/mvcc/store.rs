@@ -81,6 +81,7 @@ pub struct Store {
     sequencer: Sequencer,
     range_writers: RwLock<()>,
     compaction_gate: RwLock<()>,
+    journal_cut: RwLock<()>,
     compacted: AtomicI64,
     stopped: AtomicBool,
     lessor: Lessor,
@@ -103,6 +104,7 @@ impl Store {
             sequencer: Sequencer::new(start),
             range_writers: RwLock::new(()),
             compaction_gate: RwLock::new(()),
+            journal_cut: RwLock::new(()),
             compacted: AtomicI64::new(compacted),
             stopped: AtomicBool::new(false),
             lessor: Lessor::new(config.lessor.clone()),
@@ -188,6 +190,13 @@ impl Store {
     /// exclusively.
     pub(super) fn compaction_gate(&self) -> &RwLock<()> {
         &self.compaction_gate
+    }
+
+    /// With a journal: keyed writes hold it shared from their first check
+    /// until their revision is handed over, every other change exclusively
+    /// (`journal.rs`). Without one nobody takes it.
+    pub(super) fn journal_cut(&self) -> &RwLock<()> {
+        &self.journal_cut
     }
 
     /// Moves the compacted revision; only with the compaction gate held

@@ -7,8 +7,10 @@
 //! all before anything changes, so a failed check changes nothing.
 
 use super::compare::Path;
+use super::entry::Entry;
 use super::history::Version;
 use super::index::EntryRef;
+use super::journal::Change;
 use super::locks::{KeyAccess, LockPlan, WriteView};
 use super::range::execute_range;
 use super::store::Store;
@@ -44,13 +46,18 @@ impl Pending {
 
 impl Store {
     /// Runs a validated write txn with its keys locked. Returns the response
-    /// and the revision to wait for before answering.
-    pub(super) fn write_txn(&self, req: &TxnRequest) -> Result<(TxnResponse, i64)> {
+    /// and the revision to wait for before answering. A journal records the
+    /// revision it takes as `recorded_as`, or as this txn when that is None.
+    pub(super) fn write_txn(
+        &self,
+        req: &TxnRequest,
+        recorded_as: Option<&Entry>,
+    ) -> Result<(TxnResponse, i64)> {
         let plan = LockPlan::for_txn(req);
         if plan.all_keys {
             let _all = self.range_writers().write();
             self.check_running()?;
-            self.write_with(req, &mut KeyAccess::AllKeys)
+            self.write_with(req, recorded_as, &mut KeyAccess::AllKeys)
         } else {
             let _shared = self.range_writers().read();
             self.check_running()?;
@@ -60,13 +67,14 @@ impl Store {
                 .map(|k| self.index().get_or_insert(k))
                 .collect();
             let mut access = KeyAccess::lock(&entries);
-            self.write_with(req, &mut access)
+            self.write_with(req, recorded_as, &mut access)
         }
     }
 
     fn write_with(
         &self,
         req: &TxnRequest,
+        recorded_as: Option<&Entry>,
         access: &mut KeyAccess<'_>,
     ) -> Result<(TxnResponse, i64)> {
         let view = WriteView {
@@ -120,7 +128,11 @@ impl Store {
         let mut resp = self.run_ops(req, &path, access, &mut pending);
         resp.revision = rev;
         self.stats().applied();
-        ticket.finish(pending.events);
+        let change = match recorded_as {
+            Some(entry) => Change::Entry(entry),
+            None => Change::Write(req),
+        };
+        ticket.finish(pending.events, Some(change));
         Ok((resp, rev))
     }
 
@@ -300,7 +312,10 @@ impl Store {
         for kv in &doomed {
             self.delete_one(&mut access, kv, &mut w);
         }
-        ticket.finish(w.events);
+        ticket.finish(
+            w.events,
+            Some(Change::Entry(&Entry::LeaseRevoke { id: lease })),
+        );
         Ok(rev)
     }
 }

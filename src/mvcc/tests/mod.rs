@@ -3,6 +3,7 @@
 
 mod determinism;
 mod image;
+mod journal;
 mod limits;
 mod quota;
 mod semantics;
