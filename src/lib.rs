@@ -58,6 +58,7 @@ mod peer_allowed;
 pub mod persist;
 pub mod proto;
 pub mod server;
+pub mod wal;
 pub mod watch;
 mod wire;
 mod x509;

@@ -1,0 +1,103 @@
+//! The write-ahead log (`--wal`, in `--data-dir`/`wal/`): every change a
+//! single member applies is written here before it is acknowledged, so a
+//! process crash loses nothing acknowledged. A restart restores the newest
+//! snapshot and replays the records after the position it covers, through
+//! the store's apply path (`mvcc::journal`).
+//!
+//! # Modes
+//! * `buffered` (the default with a data directory): each batch is handed
+//!   to the kernel with `write()` before its writes are answered. It
+//!   survives every crash of the process (the kernel holds the bytes), not
+//!   a crash of the machine.
+//! * `fsync`: each batch is also synced to the disk before its writes are
+//!   answered, as etcd syncs its log: it survives power loss too.
+//! * `none`: no log; a crash loses the writes since the last snapshot.
+//!
+//! Request workers never write: they append their record to a queue; the
+//! log's own thread writes whatever has queued up as one batch (group
+//! commit), then reports it durable, which publishes the batch's revisions.
+//!
+//! # Trust
+//! A log is trusted when it can hold every acknowledged change: each
+//! segment holding records after the snapshot, and the newest one, was
+//! written in `fsync` mode or since this machine's boot (the kernel's boot
+//! ID is in every segment's header), no segment is damaged or missing, and
+//! replay reproduced every record's revision. From a trusted log the store
+//! continues exactly where it stopped; otherwise it replays what there is
+//! and revisions jump ahead as after a restart without a log, since
+//! revisions a client saw may be gone.
+//!
+//! # Files
+//! Segments `<first position, 20 digits>.wal` (see `segment.rs`), a new one
+//! at every start and whenever one reaches [`SEGMENT_BYTES`]. A segment
+//! is removed once a snapshot that is no longer needed covers all of it.
+
+mod recover;
+mod segment;
+mod writer;
+
+pub use recover::{recover, Recovered};
+pub use writer::{drop_covered, Release, Wal, WalStats, SEGMENT_BYTES};
+
+/// How a batch of records is made durable before it is acknowledged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WalMode {
+    /// No log.
+    None = 0,
+    /// `write()` only: survives a crash of the process.
+    Buffered = 1,
+    /// `write()` and `fdatasync()`: survives a crash of the machine.
+    Fsync = 2,
+}
+
+impl WalMode {
+    fn from_byte(b: u8) -> Option<WalMode> {
+        match b {
+            0 => Some(WalMode::None),
+            1 => Some(WalMode::Buffered),
+            2 => Some(WalMode::Fsync),
+            _ => None,
+        }
+    }
+}
+
+impl std::str::FromStr for WalMode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "none" => Ok(WalMode::None),
+            "buffered" => Ok(WalMode::Buffered),
+            "fsync" => Ok(WalMode::Fsync),
+            other => Err(format!(
+                "invalid value {other:?} for --wal: expected none, buffered or fsync"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for WalMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            WalMode::None => "none",
+            WalMode::Buffered => "buffered",
+            WalMode::Fsync => "fsync",
+        })
+    }
+}
+
+/// This machine's boot ID, as the kernel gives it (empty where it does not).
+pub fn boot_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// The log's directory inside a data directory.
+pub fn dir_in(data_dir: &std::path::Path) -> std::path::PathBuf {
+    data_dir.join("wal")
+}
+
+#[cfg(test)]
+mod tests;

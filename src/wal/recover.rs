@@ -1,0 +1,167 @@
+//! Reading the log back at start: every whole record after a snapshot's
+//! position, in order, and whether the log can be trusted to hold every
+//! change that was acknowledged.
+
+use super::segment::{self, KIND_EMPTY, KIND_ENTRY, KIND_WRITE};
+use super::WalMode;
+use crate::mvcc::{Entry, Replayed};
+use std::path::{Path, PathBuf};
+
+/// What the log held after a position.
+#[derive(Debug, Default)]
+pub struct Recovered {
+    /// The records after the position, in order: the revision each took
+    /// (None: none) and the change to replay.
+    pub records: Vec<(Option<i64>, Replayed)>,
+    /// The newest position read (the snapshot's, when nothing follows it).
+    pub last_position: u64,
+    /// Every acknowledged change is among the records: no segment is
+    /// damaged or missing, and each one that holds records was synced on
+    /// every write or written since this machine's boot (a buffered write
+    /// survives a process crash, not a reboot).
+    pub trusted: bool,
+    /// Why the log is not trusted, or what was repaired, for the log.
+    pub notes: Vec<String>,
+    /// Segments that could not be read to their end (left in place, named
+    /// here so the caller sets them aside before a new log starts).
+    pub damaged: Vec<PathBuf>,
+}
+
+/// Reads the log in `dir` after `position` (what the restored snapshot
+/// covers). A torn tail of the newest segment (a crash mid-write) is cut
+/// off the file. `boot_id`: this machine's boot (empty: unknown).
+pub fn recover(dir: &Path, position: u64, boot_id: &str) -> std::io::Result<Recovered> {
+    let mut out = Recovered {
+        last_position: position,
+        trusted: true,
+        ..Recovered::default()
+    };
+    let segments = segment::list(dir)?;
+    if segments.is_empty() {
+        out.trusted = false;
+        out.notes.push(format!(
+            "no write-ahead log in {}: the changes after the snapshot, if any, are lost",
+            dir.display()
+        ));
+        return Ok(out);
+    }
+    let newest = segments.len() - 1;
+    let mut expected: Option<u64> = None;
+    for (i, (first, path)) in segments.iter().enumerate() {
+        let bytes = std::fs::read(path)?;
+        let read = match segment::read(&bytes) {
+            Ok(read) => read,
+            Err(why) if i == newest && bytes.len() < 64 => {
+                // Created but never written: a crash as it started.
+                out.notes
+                    .push(format!("{}: {why}; removed", path.display()));
+                std::fs::remove_file(path)?;
+                break;
+            }
+            Err(why) => {
+                out.trusted = false;
+                out.notes.push(format!("{}: {why}", path.display()));
+                out.damaged
+                    .extend(segments[i..].iter().map(|(_, p)| p.clone()));
+                break;
+            }
+        };
+        if read.header.first != *first {
+            out.trusted = false;
+            out.notes.push(format!(
+                "{}: its header says position {}",
+                path.display(),
+                read.header.first
+            ));
+            out.damaged
+                .extend(segments[i..].iter().map(|(_, p)| p.clone()));
+            break;
+        }
+        let starts_in_time = match expected {
+            Some(next) => *first == next,
+            None => *first <= position + 1,
+        };
+        if !starts_in_time {
+            out.trusted = false;
+            out.notes.push(format!(
+                "{} starts at position {first}, {} expected: the records in between are missing",
+                path.display(),
+                expected.unwrap_or(position + 1)
+            ));
+            out.damaged
+                .extend(segments[i..].iter().map(|(_, p)| p.clone()));
+            break;
+        }
+        let last_in_segment = read.records.last().map(|r| r.position);
+        let holds_new = last_in_segment.is_some_and(|last| last > position);
+        // The newest segment is the one a reboot may have emptied.
+        if (holds_new || i == newest)
+            && read.header.mode != WalMode::Fsync
+            && (boot_id.is_empty() || read.header.boot_id != boot_id)
+        {
+            out.trusted = false;
+            out.notes.push(format!(
+                "{} was written without syncing before this machine's last boot: changes \
+                 acknowledged before the reboot may be missing from it",
+                path.display()
+            ));
+        }
+        for record in read.records {
+            if record.position <= position {
+                continue;
+            }
+            match decode(&record) {
+                Ok(change) => {
+                    let revision = (record.revision > 0).then_some(record.revision);
+                    out.records.push((revision, change));
+                    out.last_position = record.position;
+                }
+                Err(why) => {
+                    out.trusted = false;
+                    out.notes.push(format!(
+                        "{}: record {} does not decode: {why}",
+                        path.display(),
+                        record.position
+                    ));
+                    out.damaged
+                        .extend(segments[i..].iter().map(|(_, p)| p.clone()));
+                    return Ok(out);
+                }
+            }
+        }
+        expected = Some(last_in_segment.map_or(*first, |last| last + 1));
+        if let Some(why) = read.cut {
+            if i == newest {
+                let file = std::fs::OpenOptions::new().write(true).open(path)?;
+                file.set_len(read.whole as u64)?;
+                file.sync_all()?;
+                out.notes.push(format!(
+                    "{}: cut a torn tail ({why}; {} bytes), the records of a write that was \
+                     never acknowledged",
+                    path.display(),
+                    bytes.len() - read.whole
+                ));
+            } else {
+                out.trusted = false;
+                out.notes.push(format!("{}: {why}", path.display()));
+                out.damaged
+                    .extend(segments[i..].iter().map(|(_, p)| p.clone()));
+                break;
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn decode(record: &segment::Record) -> Result<Replayed, String> {
+    if record.kind == KIND_EMPTY {
+        return Ok(Replayed::Empty);
+    }
+    let proposal = crate::cluster::entry::decode(bytes::Bytes::copy_from_slice(&record.payload))?;
+    match (record.kind, proposal.entry) {
+        (KIND_WRITE, Entry::Txn(txn)) => Ok(Replayed::Write(txn)),
+        (KIND_WRITE, other) => Err(format!("a keyed write holding {other:?}")),
+        (KIND_ENTRY, entry) => Ok(Replayed::Entry(entry)),
+        (kind, _) => Err(format!("unknown kind {kind}")),
+    }
+}
