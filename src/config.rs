@@ -110,9 +110,19 @@ pub struct Config {
     #[arg(long, env = "EPHD_RESTORE_SNAPSHOT")]
     pub restore_snapshot: Option<PathBuf>,
 
+    /// The write-ahead log in `--data-dir` of a single member: `buffered`
+    /// (the default with a data directory) writes every change before it is
+    /// acknowledged, so a crash of the process loses nothing acknowledged;
+    /// `fsync` also syncs it to the disk, so a crash of the machine loses
+    /// nothing either; `none` keeps no log, and a crash loses the writes
+    /// since the last snapshot.
+    #[arg(long, env = "EPHD_WAL", value_parser = parse_wal_mode)]
+    pub wal: Option<crate::wal::WalMode>,
+
     /// How often to write a snapshot when `--data-dir` is set (one is also
-    /// written on SIGTERM/SIGINT); 0 writes only on shutdown. A crash loses
-    /// the writes since the last snapshot.
+    /// written on SIGTERM/SIGINT); 0 writes only on shutdown. Without a
+    /// write-ahead log (`--wal none`) a crash loses the writes since the
+    /// last snapshot; with one, snapshots bound how much a restart replays.
     #[arg(long, env = "EPHD_SNAPSHOT_INTERVAL", default_value = "30s", value_parser = parse_duration)]
     #[serde(serialize_with = "duration_text")]
     pub snapshot_interval: Duration,
@@ -407,6 +417,16 @@ impl Config {
         serde_json::to_value(self).unwrap_or_else(|e| serde_json::Value::String(e.to_string()))
     }
 
+    /// The write-ahead log mode in force: `--wal`, `buffered` by default
+    /// with a data directory, `none` without one.
+    pub fn wal_mode(&self) -> crate::wal::WalMode {
+        match (&self.data_dir, self.wal) {
+            (None, _) => crate::wal::WalMode::None,
+            (Some(_), Some(mode)) => mode,
+            (Some(_), None) => crate::wal::WalMode::Buffered,
+        }
+    }
+
     /// Whether `--logger` asks for JSON lines (`zap`) rather than text.
     pub fn json_logs(&self) -> bool {
         self.logger != "capnslog"
@@ -552,6 +572,10 @@ pub fn parse_request_bytes(s: &str) -> Result<usize, String> {
         ));
     }
     Ok(n)
+}
+
+fn parse_wal_mode(s: &str) -> Result<crate::wal::WalMode, String> {
+    s.parse()
 }
 
 /// Parses Go's duration syntax (`1h30m`, `10s`, `250ms`, `0`), which etcd's

@@ -34,6 +34,8 @@ pub(crate) struct Sequencer {
     pending: Mutex<Pending>,
     log: EventLog,
     journal: OnceLock<Arc<dyn Journal>>,
+    /// Tasks waiting in [`Sequencer::visible`], by the revision they wait for.
+    waiters: Mutex<BTreeMap<i64, Vec<std::task::Waker>>>,
 }
 
 /// Revisions finished but not yet published.
@@ -59,6 +61,7 @@ impl Sequencer {
             }),
             log: EventLog::new(start),
             journal: OnceLock::new(),
+            waiters: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -105,6 +108,8 @@ impl Sequencer {
         self.log.replace(events);
         self.allocated.store(revision, Ordering::Release);
         self.committed.store(revision, Ordering::Release);
+        drop(pending);
+        self.wake_up_to(revision);
     }
 
     /// Moves both revisions up to `revision`, keeping the log (the
@@ -113,6 +118,7 @@ impl Sequencer {
         self.pending.lock().handed = revision;
         self.allocated.store(revision, Ordering::Release);
         self.committed.store(revision, Ordering::Release);
+        self.wake_up_to(revision);
     }
 
     /// Allocates the next revision. Callers hold the locks of every key they
@@ -159,6 +165,8 @@ impl Sequencer {
         // Wake watchers and writers waiting in `visible` only now that the
         // revisions are readable.
         self.log.publish(next);
+        drop(pending);
+        self.wake_up_to(next);
     }
 
     /// Publishes every revision up to `up_to` that the journal has taken:
@@ -178,6 +186,8 @@ impl Sequencer {
         if let Some(rev) = newest {
             self.committed.store(rev, Ordering::Release);
             self.log.publish(rev);
+            drop(pending);
+            self.wake_up_to(rev);
         }
     }
 
@@ -201,22 +211,50 @@ impl Sequencer {
 
     /// Completes once revision `rev` is visible to readers. The revisions
     /// below it belong to writes in flight on other threads, which finish in
-    /// microseconds unless their thread was preempted; then this task parks
-    /// until the sequencer publishes, instead of holding its worker thread.
+    /// microseconds unless their thread was preempted (or, with a journal,
+    /// are being written); then this task parks until the sequencer
+    /// publishes `rev`, instead of holding its worker thread. Only the
+    /// tasks whose revision was published are woken.
     pub(crate) async fn visible(&self, rev: i64) {
-        for _ in 0..32 {
-            if self.committed() >= rev {
-                return;
+        if self.journal.get().is_none() {
+            for _ in 0..32 {
+                if self.committed() >= rev {
+                    return;
+                }
+                std::hint::spin_loop();
             }
-            std::hint::spin_loop();
         }
-        // Subscribing before the re-check closes the race with a publish in
-        // between: `commit` stores the watermark before it notifies.
-        let mut published = self.log.subscribe();
-        while self.committed() < rev {
-            if published.changed().await.is_err() {
+        std::future::poll_fn(|cx| {
+            if self.committed() >= rev {
+                return std::task::Poll::Ready(());
+            }
+            let mut waiters = self.waiters.lock();
+            // Checked again under the lock that publishing takes after it
+            // moved the watermark: a publish in between is not missed.
+            if self.committed() >= rev {
+                return std::task::Poll::Ready(());
+            }
+            waiters.entry(rev).or_default().push(cx.waker().clone());
+            std::task::Poll::Pending
+        })
+        .await
+    }
+
+    /// Wakes the tasks waiting for revisions up to `rev`, now visible.
+    fn wake_up_to(&self, rev: i64) {
+        let ready = {
+            let mut waiters = self.waiters.lock();
+            if waiters
+                .first_key_value()
+                .is_none_or(|(first, _)| *first > rev)
+            {
                 return;
             }
+            let later = waiters.split_off(&(rev + 1));
+            std::mem::replace(&mut *waiters, later)
+        };
+        for waker in ready.into_values().flatten() {
+            waker.wake();
         }
     }
 }

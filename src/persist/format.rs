@@ -41,12 +41,29 @@ pub(super) const ALIGN_REST: u64 = 32;
 /// allocate gigabytes). A key-value is at most `--max-request-bytes`.
 const MAX_RECORD: u32 = 64 << 20;
 
+/// The meta record: what the snapshot is of.
 #[derive(Clone, PartialEq, Message)]
 pub(super) struct Meta {
     #[prost(int64, tag = "1")]
     pub revision: i64,
     #[prost(int64, tag = "2")]
     pub written_unix_ms: i64,
+    /// The newest write-ahead log position the snapshot covers; absent in
+    /// a snapshot written without a log.
+    #[prost(uint64, optional, tag = "3")]
+    pub wal_position: Option<u64>,
+}
+
+impl Meta {
+    /// A snapshot at `revision`, written at `written_unix_ms`, covering the
+    /// write-ahead log up to `wal_position`.
+    pub(super) fn at(revision: i64, written_unix_ms: i64, wal_position: Option<u64>) -> Self {
+        Meta {
+            revision,
+            written_unix_ms,
+            wal_position,
+        }
+    }
 }
 
 #[derive(Clone, PartialEq, Message)]
@@ -110,8 +127,7 @@ pub(super) fn frame(kind: u8, payload: &[u8]) -> ([u8; 8], Vec<u8>) {
 /// save` accepts (see [`KIND_PAD`]).
 pub(super) fn encode(
     w: &mut impl Write,
-    revision: i64,
-    written_unix_ms: i64,
+    meta: &Meta,
     kvs: &[Kv],
     leases: &[LeaseInfo],
     auth: Option<&AuthImage>,
@@ -123,10 +139,6 @@ pub(super) fn encode(
         bytes: 0,
     };
     d.put(MAGIC_V2)?;
-    let meta = Meta {
-        revision,
-        written_unix_ms,
-    };
     d.record(KIND_META, &meta.encode_to_vec())?;
     let mut records = 1u64;
     for kv in kvs {
@@ -210,6 +222,19 @@ pub(super) fn peek_revision(path: &Path) -> Option<i64> {
         .then(|| Meta::decode(payload.as_slice()).ok())
         .flatten()
         .map(|m| m.revision)
+}
+
+/// The write-ahead log position in the meta record of the file at `path`
+/// (None: unreadable, or written without a log).
+pub(super) fn peek_wal_position(path: &Path) -> Option<u64> {
+    let file = File::open(path).ok()?;
+    let mut r = Reader::new(BufReader::new(file));
+    r.magic().ok()?;
+    let (kind, payload) = r.record(0).ok()?;
+    (kind == KIND_META)
+        .then(|| Meta::decode(payload.as_slice()).ok())
+        .flatten()
+        .and_then(|m| m.wal_position)
 }
 
 /// Reads records, keeping the running checksum of what was read.
@@ -325,6 +350,7 @@ pub(super) fn decode(r: impl Read, now_unix_ms: i64) -> Result<Restored, ReadErr
     let mut out = Restored {
         revision: meta.revision,
         written_unix_ms: meta.written_unix_ms,
+        wal_position: meta.wal_position,
         kvs: Vec::new(),
         leases: Vec::new(),
         auth: None,

@@ -25,7 +25,9 @@ fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
 
 fn write_gen(dir: &Path, revision: i64) -> PathBuf {
     let (kvs, leases) = sample();
-    write(dir, revision, &kvs, &leases, None, NOW).unwrap().path
+    write(dir, revision, &kvs, &leases, None, NOW, None)
+        .unwrap()
+        .path
 }
 
 fn flip(path: &Path, at: usize) {
@@ -59,7 +61,7 @@ fn only_the_newest_generations_are_kept_and_nothing_else_is_removed() {
     for rev in [10, 30, 20] {
         write_gen(d, rev);
     }
-    let written = write(d, 40, &sample().0, &sample().1, None, NOW).unwrap();
+    let written = write(d, 40, &sample().0, &sample().1, None, NOW, None).unwrap();
     assert_eq!(written.bytes, fs::metadata(&written.path).unwrap().len());
     assert_eq!(written.pruned, vec![d.join(generation_name(20))]);
     let names: Vec<_> = files(d).into_keys().collect();

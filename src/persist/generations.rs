@@ -75,10 +75,18 @@ pub fn write(
     leases: &[LeaseInfo],
     auth: Option<&crate::auth::AuthImage>,
     now_unix_ms: i64,
+    wal_position: Option<u64>,
 ) -> io::Result<Written> {
     let name = generation_name(revision);
     let bytes = write_atomically(dir, &name, TMP_FILE, |w| {
-        format::encode(w, revision, now_unix_ms, kvs, leases, auth, false)
+        format::encode(
+            w,
+            &format::Meta::at(revision, now_unix_ms, wal_position),
+            kvs,
+            leases,
+            auth,
+            false,
+        )
     })?;
     // Pruning is best effort: the new generation is safely in place, and a
     // generation left behind is removed by a later write.

@@ -64,6 +64,12 @@ pub mod state;
 mod tests;
 
 pub use format::read_file;
+
+/// The write-ahead log position the snapshot at `path` covers, if it was
+/// written with a log and its meta record reads.
+pub fn wal_position_of(path: &Path) -> Option<u64> {
+    format::peek_wal_position(path)
+}
 pub use generations::{
     generation_name, list, move_aside, parse_generation, recover, write, Damaged, RecoverError,
     Recovery, Written, KEEP_GENERATIONS, LEGACY_FILE,
@@ -84,6 +90,9 @@ pub struct Restored {
     pub revision: i64,
     /// When it was written (wall clock).
     pub written_unix_ms: i64,
+    /// The newest write-ahead log position it covers (None: written
+    /// without a log).
+    pub wal_position: Option<u64>,
     /// Every live key-value, in key order.
     pub kvs: Vec<KeyValue>,
     /// Every lease, its remaining time reduced by the downtime.
@@ -130,8 +139,7 @@ pub fn encode_in_memory(
     let mut out = Vec::new();
     format::encode(
         &mut out,
-        revision,
-        written_unix_ms,
+        &format::Meta::at(revision, written_unix_ms, None),
         kvs,
         leases,
         auth,
@@ -154,7 +162,14 @@ pub fn encode_to(
     leases: &[crate::lease::LeaseInfo],
     auth: Option<&crate::auth::AuthImage>,
 ) -> io::Result<u64> {
-    format::encode(w, revision, written_unix_ms, kvs, leases, auth, true)
+    format::encode(
+        w,
+        &format::Meta::at(revision, written_unix_ms, None),
+        kvs,
+        leases,
+        auth,
+        true,
+    )
 }
 
 /// The size [`encode_to`] will write for the same arguments, found by
@@ -169,8 +184,7 @@ pub fn encoded_len(
 ) -> u64 {
     format::encode(
         &mut io::sink(),
-        revision,
-        written_unix_ms,
+        &format::Meta::at(revision, written_unix_ms, None),
         kvs,
         leases,
         auth,

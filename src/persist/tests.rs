@@ -47,7 +47,15 @@ pub(super) fn sample() -> (Vec<Kv>, Vec<LeaseInfo>) {
 fn encoded(revision: i64) -> Vec<u8> {
     let (kvs, leases) = sample();
     let mut out = Vec::new();
-    let n = format::encode(&mut out, revision, NOW, &kvs, &leases, None, false).unwrap();
+    let n = format::encode(
+        &mut out,
+        &format::Meta::at(revision, NOW, None),
+        &kvs,
+        &leases,
+        None,
+        false,
+    )
+    .unwrap();
     assert_eq!(n as usize, out.len());
     out
 }
@@ -92,6 +100,7 @@ pub(super) fn meta(revision: i64) -> (u8, Vec<u8>) {
     let m = Meta {
         revision,
         written_unix_ms: NOW,
+        wal_position: None,
     };
     (KIND_META, m.encode_to_vec())
 }
@@ -291,7 +300,15 @@ fn a_streamed_snapshot_is_padded_to_the_length_etcdctl_accepts() {
             .collect();
         let leases = vec![lease(7, 59_000)];
         let mut out = Vec::new();
-        let n = format::encode(&mut out, 100, NOW, &kvs, &leases, None, true).unwrap();
+        let n = format::encode(
+            &mut out,
+            &format::Meta::at(100, NOW, None),
+            &kvs,
+            &leases,
+            None,
+            true,
+        )
+        .unwrap();
         assert_eq!(n as usize, out.len());
         assert_eq!(out.len() as u64 % ALIGN_BLOCK, ALIGN_REST, "{keys} keys");
         let r = decode(&out).unwrap();
@@ -337,7 +354,15 @@ fn the_auth_state_is_kept_without_its_tokens() {
     let (kvs, leases) = sample();
     let image = auth_image();
     let mut out = Vec::new();
-    format::encode(&mut out, 9, NOW, &kvs, &leases, Some(&image), false).unwrap();
+    format::encode(
+        &mut out,
+        &format::Meta::at(9, NOW, None),
+        &kvs,
+        &leases,
+        Some(&image),
+        false,
+    )
+    .unwrap();
     let restored = decode(&out).unwrap();
     let auth = restored.auth.expect("auth restored");
     assert_eq!(auth.state, image.state);
@@ -346,7 +371,15 @@ fn the_auth_state_is_kept_without_its_tokens() {
     assert_eq!(restored.kvs.len(), kvs.len());
     // Streamed (padded) snapshots carry it too.
     let mut padded = Vec::new();
-    format::encode(&mut padded, 9, NOW, &kvs, &leases, Some(&image), true).unwrap();
+    format::encode(
+        &mut padded,
+        &format::Meta::at(9, NOW, None),
+        &kvs,
+        &leases,
+        Some(&image),
+        true,
+    )
+    .unwrap();
     assert_eq!(decode(&padded).unwrap().auth.unwrap().state, image.state);
 }
 
@@ -355,7 +388,15 @@ fn an_unused_auth_state_writes_nothing() {
     let (kvs, leases) = sample();
     let pristine = crate::auth::AuthImage::pristine();
     let mut out = Vec::new();
-    format::encode(&mut out, 9, NOW, &kvs, &leases, Some(&pristine), false).unwrap();
+    format::encode(
+        &mut out,
+        &format::Meta::at(9, NOW, None),
+        &kvs,
+        &leases,
+        Some(&pristine),
+        false,
+    )
+    .unwrap();
     assert_eq!(out, encoded(9), "the same bytes as without auth");
     assert!(decode(&out).unwrap().auth.is_none());
 }
@@ -385,6 +426,7 @@ fn a_second_or_damaged_auth_record_makes_the_file_damaged() {
     let meta = Meta {
         revision: 9,
         written_unix_ms: NOW,
+        wal_position: None,
     }
     .encode_to_vec();
     let auth = auth_image().encode();

@@ -46,8 +46,9 @@ use crate::api::ServerInfo;
 use crate::cluster::saved::Saved;
 use crate::config::Config;
 use crate::lease::LessorConfig;
-use crate::mvcc::{PutRequest, RangeRequest, Store, StoreConfig};
+use crate::mvcc::{PutRequest, RangeRequest, Replayed, Store, StoreConfig};
 use crate::persist::{self, Damaged, ReadError, RecoverError, Recovery, RevisionState};
+use crate::wal::WalMode;
 use bytes::Bytes;
 use std::path::Path;
 
@@ -55,6 +56,20 @@ use std::path::Path;
 pub(super) struct Boot {
     pub store: Store,
     pub guard: RevisionGuard,
+    /// The write-ahead log to start before serving, if any.
+    pub wal: Option<WalPlan>,
+}
+
+/// The log a single member starts once its store is shared.
+pub(super) struct WalPlan {
+    pub dir: std::path::PathBuf,
+    pub mode: WalMode,
+    /// The position of its first record.
+    pub next_position: u64,
+    /// The store changed outside the log at start (restored, moved up,
+    /// `compact_rev_key` created): a snapshot covering that must be written
+    /// before anything is served, so the log's records continue it.
+    pub snapshot_first: bool,
 }
 
 fn describe(d: &Damaged) -> String {
@@ -207,6 +222,16 @@ pub(super) fn build_store(
     if !continuity {
         check_continuity_off(prev, key_restored)?;
     }
+    let log = match &config.data_dir {
+        Some(dir) => read_log(
+            dir,
+            recovery.restored.as_ref().map(|(_, r)| r),
+            config.restore_snapshot.is_some(),
+            config.wal_mode(),
+            wall_ms,
+        )?,
+        None => LogStart::default(),
+    };
     let known = Known {
         snapshot: restored.map(|r| r.revision),
         named: recovery.highest_named,
@@ -217,7 +242,9 @@ pub(super) fn build_store(
     let adopt = (config.lease_adopt_unknown_ttl > 0).then_some(config.lease_adopt_unknown_ttl);
     let store = Store::new(StoreConfig {
         max_txn_ops: config.max_txn_ops,
-        initial_revision: start,
+        // A snapshot is restored at its own revision, so the log's records
+        // replay at theirs; the revision moves up afterwards if need be.
+        initial_revision: restored.map_or(start, |r| r.revision),
         lessor: LessorConfig {
             adopt_unknown_ttl: adopt,
             ..LessorConfig::default()
@@ -227,6 +254,7 @@ pub(super) fn build_store(
         member_id: ServerInfo::new(&config.name, config.advertised_urls()).member_id,
         auth: config.auth.auth_config(),
     });
+    let restored_revision = restored.map(|r| r.revision);
     if let Some((path, r)) = recovery.restored {
         tracing::info!(
             path = %path.display(),
@@ -243,6 +271,27 @@ pub(super) fn build_store(
             store.auth().install(auth);
         }
     }
+    let continues = replay_log(&store, log.records, log.trusted);
+    if continuity && !continues {
+        // Revisions a client saw may be missing from what was restored:
+        // continue above every one that could have been issued.
+        // Without a snapshot the store started there already.
+        let start = match restored_revision {
+            Some(_) => start_revision(
+                true,
+                &Known {
+                    snapshot: Some(store.current_revision()),
+                    ..known
+                },
+                wall_ms,
+            ),
+            None => start,
+        };
+        store
+            .resume_above(start)
+            .map_err(|e| format!("cannot move the restored store's revision up: {e}"))?;
+    }
+    let mut changed_outside_log = !continues;
     if continuity {
         let key = Bytes::from_static(COMPACT_REV_KEY.as_bytes());
         let existing = store
@@ -252,6 +301,7 @@ pub(super) fn build_store(
             })
             .map_err(|e| e.to_string())?;
         if existing.kvs.is_empty() {
+            let start = store.current_revision();
             store
                 .put(PutRequest {
                     key,
@@ -259,11 +309,20 @@ pub(super) fn build_store(
                     ..Default::default()
                 })
                 .map_err(|e| e.to_string())?;
+            changed_outside_log = true;
         }
-        tracing::info!(
-            start_revision = start,
-            "revisions continue above every earlier run; older ones read as compacted"
-        );
+        if continues {
+            tracing::info!(
+                revision = store.current_revision(),
+                "the write-ahead log holds every acknowledged write: revisions continue where \
+                 they stopped"
+            );
+        } else {
+            tracing::info!(
+                start_revision = store.current_revision(),
+                "revisions continue above every earlier run; older ones read as compacted"
+            );
+        }
     }
     let guard = RevisionGuard {
         dir: config.data_dir.clone(),
@@ -288,14 +347,140 @@ pub(super) fn build_store(
         let (rev, kvs) = store.live_kvs();
         let auth = store.auth().image(false);
         let leases = store.leases_for_snapshot();
-        persist::write(dir, rev, &kvs, &leases, Some(&auth), wall_ms).map_err(|e| {
+        persist::write(dir, rev, &kvs, &leases, Some(&auth), wall_ms, None).map_err(|e| {
             format!(
                 "cannot write the restored snapshot to {}: {e}",
                 dir.display()
             )
         })?;
     }
-    Ok(Boot { store, guard })
+    let wal = match (&config.data_dir, config.wal_mode()) {
+        (Some(dir), mode) if mode != WalMode::None => Some(WalPlan {
+            dir: crate::wal::dir_in(dir),
+            mode,
+            next_position: log.last_position + 1,
+            snapshot_first: changed_outside_log,
+        }),
+        _ => None,
+    };
+    Ok(Boot { store, guard, wal })
+}
+
+/// What the log held for this start.
+#[derive(Default)]
+struct LogStart {
+    /// The records after the restored snapshot, to replay.
+    records: Vec<(Option<i64>, Replayed)>,
+    /// The newest position among them (the snapshot's if none).
+    last_position: u64,
+    /// The snapshot and these records hold every acknowledged change.
+    trusted: bool,
+}
+
+/// Reads the write-ahead log in `dir` after the restored snapshot's
+/// position. A log that no restored snapshot continues (none was restored,
+/// it was written without a log, or `--restore-snapshot` replaces the
+/// state) is set aside whole, never replayed onto another state.
+fn read_log(
+    dir: &Path,
+    restored: Option<&persist::Restored>,
+    restoring_file: bool,
+    mode: WalMode,
+    wall_ms: i64,
+) -> Result<LogStart, String> {
+    let wal = crate::wal::dir_in(dir);
+    let position = restored
+        .and_then(|r| r.wal_position)
+        .filter(|_| !restoring_file);
+    let Some(position) = position else {
+        set_aside_log(&wal, restoring_file, wall_ms)?;
+        return Ok(LogStart::default());
+    };
+    let recovered = crate::wal::recover(&wal, position, &crate::wal::boot_id())
+        .map_err(|e| format!("cannot read the write-ahead log in {}: {e}", wal.display()))?;
+    for note in &recovered.notes {
+        if recovered.trusted {
+            tracing::warn!(dir = %wal.display(), "{note}");
+        } else {
+            tracing::error!(dir = %wal.display(), "{note}");
+        }
+    }
+    for path in &recovered.damaged {
+        let moved = persist::move_aside(path, wall_ms)
+            .map_err(|e| format!("cannot move {} aside: {e}", path.display()))?;
+        tracing::error!(
+            path = %path.display(),
+            moved_to = %moved.display(),
+            "a write-ahead log segment is damaged or out of sequence: the changes after its \
+             last whole record are LOST; moved aside"
+        );
+    }
+    tracing::info!(
+        dir = %wal.display(),
+        from_position = position,
+        records = recovered.records.len(),
+        trusted = recovered.trusted,
+        "read the write-ahead log"
+    );
+    if mode == WalMode::None {
+        // Replayed now; with no log from here on, later snapshots do not
+        // continue it.
+        let moved = persist::move_aside(&wal, wall_ms)
+            .map_err(|e| format!("cannot move {} aside: {e}", wal.display()))?;
+        tracing::warn!(
+            moved_to = %moved.display(),
+            "--wal none: the previous run's write-ahead log is replayed and moved aside"
+        );
+    }
+    Ok(LogStart {
+        records: recovered.records,
+        last_position: recovered.last_position,
+        trusted: recovered.trusted,
+    })
+}
+
+/// Moves a log directory that no snapshot continues aside (never removed).
+fn set_aside_log(wal: &Path, restoring_file: bool, wall_ms: i64) -> Result<(), String> {
+    let has_segments = std::fs::read_dir(wal).is_ok_and(|mut d| d.next().is_some());
+    if !has_segments {
+        return Ok(());
+    }
+    let moved = persist::move_aside(wal, wall_ms)
+        .map_err(|e| format!("cannot move {} aside: {e}", wal.display()))?;
+    if restoring_file {
+        tracing::warn!(
+            moved_to = %moved.display(),
+            "--restore-snapshot replaces the state: the write-ahead log of the previous state \
+             was moved aside"
+        );
+    } else {
+        tracing::error!(
+            moved_to = %moved.display(),
+            "the write-ahead log continues no snapshot that could be restored (the snapshot it \
+             continues is damaged or missing, or was written without a log): its changes are \
+             LOST; moved aside"
+        );
+    }
+    Ok(())
+}
+
+/// Replays the log's records; whether the store is now exactly where the
+/// previous run left it (a trusted log, replayed to its end).
+fn replay_log(store: &Store, records: Vec<(Option<i64>, Replayed)>, trusted: bool) -> bool {
+    let total = records.len();
+    for (n, (revision, record)) in records.into_iter().enumerate() {
+        if let Err(e) = store.replay(revision, record) {
+            tracing::error!(
+                record = n,
+                of = total,
+                error = %e,
+                "replaying the write-ahead log diverged: the changes from this record on are \
+                 LOST"
+            );
+            return false;
+        }
+    }
+    trusted
 }
 
 /// The store of a cluster member: empty at revision 1, as etcd's, with

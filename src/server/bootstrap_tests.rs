@@ -37,7 +37,16 @@ fn traffic(store: &Store, n: usize) -> i64 {
 /// What `--snapshot-interval` or SIGTERM writes.
 fn snapshot(store: &Store, dir: &Path, now: i64) {
     let (rev, kvs) = store.live_kvs();
-    persist::write(dir, rev, &kvs, &store.leases_for_snapshot(), None, now).unwrap();
+    persist::write(
+        dir,
+        rev,
+        &kvs,
+        &store.leases_for_snapshot(),
+        None,
+        now,
+        None,
+    )
+    .unwrap();
 }
 
 fn keys(store: &Store) -> Vec<Bytes> {

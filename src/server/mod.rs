@@ -67,6 +67,48 @@ pub struct Server {
     config: Config,
     /// A single member's revision guard (cluster mode has none yet).
     guard: Option<RevisionGuard>,
+    /// A single member's write-ahead log.
+    wal: Option<Arc<crate::wal::Wal>>,
+}
+
+/// Starts the write-ahead log of `plan` and hands the store's changes to
+/// it; first writes the snapshot its records will continue, when the start
+/// changed the store outside the log.
+async fn start_wal(
+    store: &Arc<Store>,
+    plan: bootstrap::WalPlan,
+    data_dir: &std::path::Path,
+) -> Result<Arc<crate::wal::Wal>, String> {
+    let weak = Arc::downgrade(store);
+    let wal = crate::wal::Wal::start(
+        &plan.dir,
+        plan.mode,
+        plan.next_position,
+        &crate::wal::boot_id(),
+        Box::new(move |revision| {
+            if let Some(store) = weak.upgrade() {
+                store.journal_durable(revision);
+            }
+        }),
+    )
+    .map_err(|e| {
+        format!(
+            "cannot start the write-ahead log in {}: {e}",
+            plan.dir.display()
+        )
+    })?;
+    let wal = Arc::new(wal);
+    store.attach_journal(wal.clone());
+    if plan.snapshot_first {
+        write_snapshot(store, data_dir).await?;
+    }
+    tracing::info!(
+        dir = %plan.dir.display(),
+        mode = %plan.mode,
+        next_position = plan.next_position,
+        "write-ahead log started"
+    );
+    Ok(wal)
 }
 
 /// A bound listener and whether it serves TLS.
@@ -236,17 +278,28 @@ impl Server {
             }
             None => None,
         };
-        let (store, guard) = match &member {
+        let (store, guard, wal) = match &member {
             None => {
                 let boot = build_store(&config, crate::persist::wall_clock_ms(), memory.space)?;
-                (Arc::new(boot.store), Some(boot.guard))
+                let store = Arc::new(boot.store);
+                let wal = match (boot.wal, &config.data_dir) {
+                    (Some(plan), Some(data_dir)) => Some(start_wal(&store, plan, data_dir).await?),
+                    _ => None,
+                };
+                (store, Some(boot.guard), wal)
             }
             Some(b) => {
+                if config.wal.is_some_and(|m| m != crate::wal::WalMode::None) {
+                    tracing::warn!(
+                        "--wal applies to a single member: a cluster member keeps its Raft log \
+                         in memory and saves its applied state (CLUSTER.md, \"Data directory\")"
+                    );
+                }
                 let store = build_cluster_store(&config, b.id, memory.space);
                 if let (Some(_), Some(saved)) = (b.resume, saved) {
                     bootstrap::resume_cluster_store(&store, saved, config.revision_continuity)?;
                 }
-                (Arc::new(store), None)
+                (Arc::new(store), None, None)
             }
         };
         let mut info = ServerInfo::new(&config.name, config.advertised_urls());
@@ -327,6 +380,7 @@ impl Server {
             tls,
             config,
             guard,
+            wal,
         })
     }
 
@@ -595,6 +649,9 @@ impl Server {
                     result = Err(e);
                 }
             }
+        }
+        if let Some(wal) = self.wal {
+            let _ = tokio::task::spawn_blocking(move || wal.close()).await;
         }
         result
     }

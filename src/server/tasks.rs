@@ -20,7 +20,9 @@ const EXPIRY_TICK: Duration = Duration::from_millis(100);
 /// expiry storm cannot starve other requests.
 const REVOKES_PER_TICK: usize = 100;
 
-/// Writes a snapshot now (off the async workers).
+/// Writes a snapshot now (off the async workers). With a write-ahead log,
+/// the snapshot records the log position it covers, and the log segments
+/// that every kept snapshot covers are removed.
 pub(super) async fn write_snapshot(
     store: &Arc<Store>,
     dir: &std::path::Path,
@@ -29,31 +31,60 @@ pub(super) async fn write_snapshot(
     let dir = dir.to_path_buf();
     tokio::task::spawn_blocking(move || {
         let started = Instant::now();
-        let (rev, kvs) = store.live_kvs();
-        let leases = store.leases_for_snapshot();
-        let auth = store.auth().image(false);
+        let cut = store.snapshot_cut();
         let written = persist::write(
             &dir,
-            rev,
-            &kvs,
-            &leases,
-            Some(&auth),
+            cut.revision,
+            &cut.kvs,
+            &cut.leases,
+            Some(&cut.auth),
             persist::wall_clock_ms(),
+            cut.position,
         )
         .map_err(|e| format!("cannot write snapshot to {}: {e}", dir.display()))?;
         tracing::info!(
-            revision = rev,
-            keys = kvs.len(),
-            leases = leases.len(),
+            revision = cut.revision,
+            keys = cut.kvs.len(),
+            leases = cut.leases.len(),
             bytes = written.bytes,
             pruned = written.pruned.len(),
+            wal_position = cut.position,
             elapsed_ms = started.elapsed().as_millis() as u64,
             "snapshot written"
         );
+        if cut.position.is_some() {
+            drop_log_covered_by_every_snapshot(&dir);
+        }
         Ok(())
     })
     .await
     .map_err(|e| format!("snapshot task failed: {e}"))?
+}
+
+/// Removes the log segments the oldest kept snapshot covers: whichever
+/// snapshot a restart falls back to, the records after it stay.
+fn drop_log_covered_by_every_snapshot(dir: &std::path::Path) {
+    let oldest = match persist::list(dir) {
+        Ok(generations) => generations.into_iter().last(),
+        Err(_) => return,
+    };
+    let Some(position) = oldest.and_then(|(_, path)| persist::wal_position_of(&path)) else {
+        return;
+    };
+    let wal = crate::wal::dir_in(dir);
+    match crate::wal::drop_covered(&wal, position) {
+        Ok(removed) if !removed.is_empty() => {
+            tracing::debug!(
+                removed = removed.len(),
+                position,
+                "removed covered log segments"
+            )
+        }
+        Ok(_) => {}
+        Err(e) => {
+            tracing::warn!(dir = %wal.display(), error = %e, "cannot remove covered log segments")
+        }
+    }
 }
 
 /// Writes snapshots every `interval` (if non-zero) until shutdown; the final

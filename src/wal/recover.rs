@@ -4,7 +4,7 @@
 
 use super::segment::{self, KIND_EMPTY, KIND_ENTRY, KIND_WRITE};
 use super::WalMode;
-use crate::mvcc::{Entry, Replayed};
+use crate::mvcc::Replayed;
 use std::path::{Path, PathBuf};
 
 /// What the log held after a position.
@@ -157,11 +157,12 @@ fn decode(record: &segment::Record) -> Result<Replayed, String> {
     if record.kind == KIND_EMPTY {
         return Ok(Replayed::Empty);
     }
-    let proposal = crate::cluster::entry::decode(bytes::Bytes::copy_from_slice(&record.payload))?;
-    match (record.kind, proposal.entry) {
-        (KIND_WRITE, Entry::Txn(txn)) => Ok(Replayed::Write(txn)),
-        (KIND_WRITE, other) => Err(format!("a keyed write holding {other:?}")),
-        (KIND_ENTRY, entry) => Ok(Replayed::Entry(entry)),
-        (kind, _) => Err(format!("unknown kind {kind}")),
+    let payload = bytes::Bytes::copy_from_slice(&record.payload);
+    match record.kind {
+        KIND_WRITE => crate::proto::nesting::decode_txn(payload)
+            .map(|txn| Replayed::Write(crate::wire::txn_request(txn)))
+            .map_err(|e| format!("undecodable txn: {e:?}")),
+        KIND_ENTRY => crate::cluster::entry::decode(payload).map(|p| Replayed::Entry(p.entry)),
+        kind => Err(format!("unknown kind {kind}")),
     }
 }

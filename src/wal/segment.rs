@@ -7,7 +7,8 @@
 //! ```
 //! The header's body is `[0][first position: u64][mode: u8][boot id]`; a
 //! record's is `[kind: u8][position: u64][revision: i64][payload]`, kinds
-//! 1 (a keyed write), 2 (an entry) and 3 (an empty revision); revision 0
+//! 1 (a keyed write: etcd's TxnRequest message), 2 (an entry: the Raft log
+//! entry format, `cluster/entry.rs`) and 3 (an empty revision); revision 0
 //! when the change took none. Positions grow by one from the header's
 //! first position, with no gap.
 
@@ -16,7 +17,7 @@ use std::path::{Path, PathBuf};
 
 const MAGIC: &[u8] = b"EPHDWAL1\n";
 const KIND_HEADER: u8 = 0;
-/// A keyed write: the payload is a log entry holding its txn.
+/// A keyed write: the payload is etcd's TxnRequest message.
 pub(super) const KIND_WRITE: u8 = 1;
 /// An entry replayed through the apply path.
 pub(super) const KIND_ENTRY: u8 = 2;
