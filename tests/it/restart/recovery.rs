@@ -3,7 +3,8 @@
 //! restored whole; with every generation damaged the default mode starts
 //! empty above the old revisions with an ERROR, `--strict-restore` and
 //! `--revision-continuity=false` refuse to start and change nothing; the
-//! compaction key is guarded when continuity is off.
+//! compaction key is guarded when continuity is off. All with snapshots
+//! alone (`--wal none`): what the write-ahead log adds is `wal.rs`'s.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -26,6 +27,7 @@ fn arg(dir: &Path) -> String {
 fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
     std::fs::read_dir(dir)
         .expect("read data dir")
+        .filter(|e| e.as_ref().is_ok_and(|e| e.path().is_file()))
         .map(|e| {
             let e = e.expect("dir entry");
             let bytes = std::fs::read(e.path()).expect("read file");
@@ -74,7 +76,7 @@ async fn all_keys(api: &Apiserver) -> Vec<KeyValue> {
 /// and node leases), stops it with SIGTERM (which writes a snapshot) and
 /// returns every key as it was and the last revision.
 async fn run_and_stop(dir: &Path, tag: &str, n: usize) -> (Vec<KeyValue>, i64) {
-    let mut p = Proc::start(free_port(), &["--data-dir", &arg(dir)]).await;
+    let mut p = Proc::start(free_port(), &["--data-dir", &arg(dir), "--wal", "none"]).await;
     let api = Apiserver::connect(&p.endpoint()).await;
     let lease = api.grant(EVENT_LEASE_TTL).await;
     for i in 0..n {
@@ -147,7 +149,7 @@ async fn a_damaged_newest_snapshot_restores_the_older_generation_and_is_kept() {
     std::fs::write(&newest, &damaged).expect("write");
     let older_bytes = std::fs::read(&older).expect("read");
 
-    let mut p = Proc::start(free_port(), &["--data-dir", &arg(d)]).await;
+    let mut p = Proc::start(free_port(), &["--data-dir", &arg(d), "--wal", "none"]).await;
     let api = Apiserver::connect(&p.endpoint()).await;
     assert_eq!(
         all_keys(&api).await,
@@ -188,7 +190,7 @@ async fn a_damaged_newest_snapshot_restores_the_older_generation_and_is_kept() {
     let gens = generations(d);
     assert_eq!(gens.len(), 2);
     assert_eq!(gens[1], older);
-    let p = Proc::start(free_port(), &["--data-dir", &arg(d)]).await;
+    let p = Proc::start(free_port(), &["--data-dir", &arg(d), "--wal", "none"]).await;
     let api = Apiserver::connect(&p.endpoint()).await;
     assert_eq!(all_keys(&api).await.len(), first.len() + 1);
 }
@@ -206,7 +208,7 @@ async fn with_every_snapshot_damaged_strict_refuses_and_default_starts_empty_abo
     let before = files(d);
 
     for flag in ["--strict-restore", "--revision-continuity=false"] {
-        let logs = refused(&["--data-dir", &arg(d), flag], "refusing to start").await;
+        let logs = refused(&["--data-dir", &arg(d), "--wal", "none", flag], "refusing to start").await;
         assert!(
             logs.contains(&newest_name) && logs.contains("cut short"),
             "{flag}: {logs}"
@@ -214,7 +216,7 @@ async fn with_every_snapshot_damaged_strict_refuses_and_default_starts_empty_abo
         assert_eq!(files(d), before, "{flag}: nothing changed");
     }
 
-    let p = Proc::start(free_port(), &["--data-dir", &arg(d)]).await;
+    let p = Proc::start(free_port(), &["--data-dir", &arg(d), "--wal", "none"]).await;
     let api = Apiserver::connect(&p.endpoint()).await;
     let keys: Vec<_> = all_keys(&api).await.into_iter().map(|kv| kv.key).collect();
     assert_eq!(keys, vec![b(COMPACT_REV_KEY)], "started empty");
@@ -251,7 +253,7 @@ async fn continuity_off_warns_or_refuses_when_the_compaction_key_is_seen() {
     // snapshot: continuity off would start at 1 without the key: refused.
     let dir = tempfile::tempdir().expect("data dir");
     let d = dir.path();
-    let mut a = Proc::start(free_port(), &["--data-dir", &arg(d)]).await;
+    let mut a = Proc::start(free_port(), &["--data-dir", &arg(d), "--wal", "none"]).await;
     let api = Apiserver::connect(&a.endpoint()).await;
     api.create(&node_key(1), b"k8s\x00v", 0).await.expect("Txn");
     a.child.kill().expect("SIGKILL");
@@ -259,7 +261,7 @@ async fn continuity_off_warns_or_refuses_when_the_compaction_key_is_seen() {
     assert!(generations(d).is_empty(), "no snapshot written");
     let before = files(d);
     let logs = refused(
-        &["--data-dir", &arg(d), "--revision-continuity=false"],
+        &["--data-dir", &arg(d), "--wal", "none", "--revision-continuity=false"],
         "refusing to start",
     )
     .await;
@@ -274,7 +276,7 @@ async fn continuity_off_warns_or_refuses_when_the_compaction_key_is_seen() {
     let (kvs, rev) = run_and_stop(d, "kept", 4).await;
     let p = Proc::start(
         free_port(),
-        &["--data-dir", &arg(d), "--revision-continuity=false"],
+        &["--data-dir", &arg(d), "--wal", "none", "--revision-continuity=false"],
     )
     .await;
     let api = Apiserver::connect(&p.endpoint()).await;
