@@ -10,6 +10,7 @@ mod cluster;
 mod etcd;
 mod exposure;
 mod load;
+mod wal_mode;
 mod yaml;
 
 pub use cluster::{
@@ -18,6 +19,7 @@ pub use cluster::{
 };
 pub use exposure::check_client_exposure;
 pub use load::{load, load_from, LoadError, Loaded, Notice};
+pub use wal_mode::WalMode;
 
 use clap::Parser;
 use serde::Serialize;
@@ -117,7 +119,7 @@ pub struct Config {
     /// nothing either; `none` keeps no log, and a crash loses the writes
     /// since the last snapshot.
     #[arg(long, env = "EPHD_WAL", value_parser = parse_wal_mode)]
-    pub wal: Option<crate::wal::WalMode>,
+    pub wal: Option<WalMode>,
 
     /// How often to write a snapshot when `--data-dir` is set (one is also
     /// written on SIGTERM/SIGINT); 0 writes only on shutdown. Without a
@@ -419,11 +421,11 @@ impl Config {
 
     /// The write-ahead log mode in force: `--wal`, `buffered` by default
     /// with a data directory, `none` without one.
-    pub fn wal_mode(&self) -> crate::wal::WalMode {
+    pub fn wal_mode(&self) -> WalMode {
         match (&self.data_dir, self.wal) {
-            (None, _) => crate::wal::WalMode::None,
+            (None, _) => WalMode::None,
             (Some(_), Some(mode)) => mode,
-            (Some(_), None) => crate::wal::WalMode::Buffered,
+            (Some(_), None) => WalMode::Buffered,
         }
     }
 
@@ -574,7 +576,7 @@ pub fn parse_request_bytes(s: &str) -> Result<usize, String> {
     Ok(n)
 }
 
-fn parse_wal_mode(s: &str) -> Result<crate::wal::WalMode, String> {
+fn parse_wal_mode(s: &str) -> Result<WalMode, String> {
     s.parse()
 }
 

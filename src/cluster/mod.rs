@@ -223,7 +223,7 @@ impl Proposer {
         ttl: i64,
     ) -> Result<LeaseGrantResponse> {
         let node = match self {
-            Proposer::Local => return store.lease_grant(id, ttl),
+            Proposer::Local => return store.lease_grant_async(id, ttl).await,
             Proposer::Replicated(n) => n,
         };
         let mut attempts = 0;

@@ -59,7 +59,8 @@ const NO_RAFT: &str =
 const NO_PEERS: &str =
     "ephd runs a single member without peers (cluster mode: --initial-cluster naming other members)";
 const NO_BACKEND: &str = "ephd has no bbolt backend: writes apply in memory at once";
-const NO_WAL: &str = "ephd keeps no write-ahead log";
+const NO_WAL: &str =
+    "ephd keeps its write-ahead log in --data-dir (--wal), in segments it removes itself";
 const NO_PROXY: &str = "ephd has no v2 proxy";
 const NO_V2: &str = "ephd serves only the v3 API";
 const NO_DISCOVERY: &str =

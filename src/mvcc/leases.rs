@@ -23,22 +23,56 @@ impl Store {
     pub fn lease_grant(&self, id: i64, ttl: i64) -> Result<LeaseGrantResponse> {
         let mut attempts = 0;
         loop {
-            let chosen = if id == 0 {
-                self.lessor().choose_id()
-            } else {
-                id
-            };
-            let entry = Entry::LeaseGrant { id: chosen, ttl };
-            self.refuse_over_quota(&entry)?;
-            match self.apply(entry) {
-                Ok(Applied::LeaseGrant { id, ttl, revision }) => {
-                    self.arm_new_leases();
-                    return Ok(LeaseGrantResponse { revision, id, ttl });
-                }
-                Ok(other) => unreachable!("a grant applied as {other:?}"),
-                Err(Error::LeaseExist) if id == 0 && attempts < ID_ATTEMPTS => attempts += 1,
-                Err(e) => return Err(e),
+            let entry = self.grant_entry(id, ttl)?;
+            if let Some(done) = self.granted(id, self.apply(entry), &mut attempts) {
+                return done;
             }
+        }
+    }
+
+    /// [`Store::lease_grant`] for async callers.
+    pub async fn lease_grant_async(&self, id: i64, ttl: i64) -> Result<LeaseGrantResponse> {
+        let mut attempts = 0;
+        loop {
+            let entry = self.grant_entry(id, ttl)?;
+            let applied = self.apply_async(entry).await;
+            if let Some(done) = self.granted(id, applied, &mut attempts) {
+                return done;
+            }
+        }
+    }
+
+    /// The entry of a grant of `id` (0: an ID chosen now), within the quota.
+    fn grant_entry(&self, id: i64, ttl: i64) -> Result<Entry> {
+        let chosen = if id == 0 {
+            self.lessor().choose_id()
+        } else {
+            id
+        };
+        let entry = Entry::LeaseGrant { id: chosen, ttl };
+        self.refuse_over_quota(&entry)?;
+        Ok(entry)
+    }
+
+    /// What a grant's outcome answers, or None to try another chosen ID (a
+    /// lease granted meanwhile took it).
+    fn granted(
+        &self,
+        requested: i64,
+        outcome: Result<Applied>,
+        attempts: &mut usize,
+    ) -> Option<Result<LeaseGrantResponse>> {
+        match outcome {
+            Ok(Applied::LeaseGrant { id, ttl, revision }) => {
+                self.arm_new_leases();
+                Some(Ok(LeaseGrantResponse { revision, id, ttl }))
+            }
+            Ok(other) => unreachable!("a grant applied as {other:?}"),
+            Err(Error::LeaseExist) if requested == 0 && *attempts < ID_ATTEMPTS => {
+                *attempts += 1;
+                None
+            }
+            Err(e) => Some(Err(e)),
         }
     }
 

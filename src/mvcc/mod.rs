@@ -18,7 +18,8 @@
 //! write, read,        the operations on a Store, one concern each
 //!   compact, restore
 //! apply               the one write path: every mutation is an Entry
-//! journal             changes handed to a write-ahead log in replay order; replay
+//! journal, journaled  changes handed to a write-ahead log in replay order;
+//!                     attaching one, replaying its records, the snapshot cut
 //! alarms              NOSPACE/CORRUPT alarms and what they forbid
 //! quota               the space quota, checked before applying or proposing
 //! leases              every lease rule, through the apply path
@@ -42,6 +43,7 @@ mod image;
 mod index;
 mod initial;
 mod journal;
+mod journaled;
 mod leases;
 mod limits;
 mod locks;
@@ -69,7 +71,8 @@ pub use chunk::{RangeChunk, KV_OVERHEAD};
 pub use entry::{Applied, Entry};
 pub use image::{ImageLease, ImageVersion, StoreImage};
 pub use initial::COMPACT_REV_KEY;
-pub use journal::{Change, Journal, ReplayError, Replayed, SnapshotCut};
+pub use journal::{Change, Journal, ReplayError, Replayed};
+pub use journaled::SnapshotCut;
 pub use limits::Limits;
 pub use log::{EventLog, LoggedEvent};
 pub use quota::{space_cost, Space};

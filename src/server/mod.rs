@@ -359,6 +359,12 @@ impl Server {
         metrics
             .memory_bound_bytes
             .set(memory.space.memory_bound_bytes.unwrap_or(-1));
+        if let Some(wal) = &wal {
+            wal.report_to(crate::wal::WalMetrics {
+                sync_seconds: metrics.wal_fsync_seconds.clone(),
+                written_bytes: metrics.wal_write_bytes.clone(),
+            });
+        }
         Ok(Server {
             shared: Shared {
                 store,

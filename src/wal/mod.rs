@@ -36,56 +36,9 @@ mod recover;
 mod segment;
 mod writer;
 
+pub use crate::config::WalMode;
 pub use recover::{recover, Recovered};
-pub use writer::{drop_covered, Release, Wal, WalStats, SEGMENT_BYTES};
-
-/// How a batch of records is made durable before it is acknowledged.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum WalMode {
-    /// No log.
-    None = 0,
-    /// `write()` only: survives a crash of the process.
-    Buffered = 1,
-    /// `write()` and `fdatasync()`: survives a crash of the machine.
-    Fsync = 2,
-}
-
-impl WalMode {
-    fn from_byte(b: u8) -> Option<WalMode> {
-        match b {
-            0 => Some(WalMode::None),
-            1 => Some(WalMode::Buffered),
-            2 => Some(WalMode::Fsync),
-            _ => None,
-        }
-    }
-}
-
-impl std::str::FromStr for WalMode {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "none" => Ok(WalMode::None),
-            "buffered" => Ok(WalMode::Buffered),
-            "fsync" => Ok(WalMode::Fsync),
-            other => Err(format!(
-                "invalid value {other:?} for --wal: expected none, buffered or fsync"
-            )),
-        }
-    }
-}
-
-impl std::fmt::Display for WalMode {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            WalMode::None => "none",
-            WalMode::Buffered => "buffered",
-            WalMode::Fsync => "fsync",
-        })
-    }
-}
+pub use writer::{drop_covered, Release, Wal, WalMetrics, WalStats, SEGMENT_BYTES};
 
 /// This machine's boot ID, as the kernel gives it (empty where it does not).
 pub fn boot_id() -> String {

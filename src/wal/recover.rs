@@ -3,7 +3,7 @@
 //! change that was acknowledged.
 
 use super::segment::{self, KIND_EMPTY, KIND_ENTRY, KIND_WRITE};
-use super::WalMode;
+use crate::config::WalMode;
 use crate::mvcc::Replayed;
 use std::path::{Path, PathBuf};
 

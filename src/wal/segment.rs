@@ -12,7 +12,7 @@
 //! when the change took none. Positions grow by one from the header's
 //! first position, with no gap.
 
-use super::WalMode;
+use crate::config::WalMode;
 use std::path::{Path, PathBuf};
 
 const MAGIC: &[u8] = b"EPHDWAL1\n";

@@ -3,7 +3,7 @@
 //! to the store.
 
 use super::segment::{self, KIND_EMPTY, KIND_ENTRY, KIND_WRITE};
-use super::WalMode;
+use crate::config::WalMode;
 use crate::mvcc::{Change, Journal};
 use parking_lot::{Condvar, Mutex};
 use prost::Message;
@@ -38,6 +38,16 @@ struct Shared {
     notify: tokio::sync::watch::Sender<u64>,
     written_bytes: AtomicU64,
     batches: AtomicU64,
+    metrics: std::sync::OnceLock<WalMetrics>,
+}
+
+/// Where the writer reports to Prometheus.
+#[derive(Clone)]
+pub struct WalMetrics {
+    /// Seconds per batch sync (`fsync` mode).
+    pub sync_seconds: prometheus::Histogram,
+    /// Bytes written.
+    pub written_bytes: prometheus::IntCounter,
 }
 
 struct Queue {
@@ -94,6 +104,7 @@ impl Wal {
             notify: tokio::sync::watch::channel(next - 1).0,
             written_bytes: AtomicU64::new(0),
             batches: AtomicU64::new(0),
+            metrics: std::sync::OnceLock::new(),
         });
         let writer = Writer {
             shared: shared.clone(),
@@ -122,6 +133,11 @@ impl Wal {
         if let Some(thread) = self.thread.lock().take() {
             let _ = thread.join();
         }
+    }
+
+    /// Reports every later batch to these metrics.
+    pub fn report_to(&self, metrics: WalMetrics) {
+        let _ = self.shared.metrics.set(metrics);
     }
 
     /// The counters.
@@ -300,12 +316,25 @@ impl Writer {
     fn persist(&mut self, buf: &[u8]) {
         let mut warned: Option<Instant> = None;
         loop {
+            let metrics = self.shared.metrics.get();
             let result = self.file.write_all(buf).and_then(|()| match self.mode {
-                WalMode::Fsync => self.file.sync_data(),
+                WalMode::Fsync => {
+                    let started = Instant::now();
+                    let synced = self.file.sync_data();
+                    if let Some(m) = metrics {
+                        m.sync_seconds.observe(started.elapsed().as_secs_f64());
+                    }
+                    synced
+                }
                 _ => Ok(()),
             });
             match result {
-                Ok(()) => return,
+                Ok(()) => {
+                    if let Some(m) = metrics {
+                        m.written_bytes.inc_by(buf.len() as u64);
+                    }
+                    return;
+                }
                 Err(e) => {
                     if warned.is_none_or(|t| t.elapsed() > Duration::from_secs(10)) {
                         tracing::error!(

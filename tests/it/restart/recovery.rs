@@ -208,7 +208,11 @@ async fn with_every_snapshot_damaged_strict_refuses_and_default_starts_empty_abo
     let before = files(d);
 
     for flag in ["--strict-restore", "--revision-continuity=false"] {
-        let logs = refused(&["--data-dir", &arg(d), "--wal", "none", flag], "refusing to start").await;
+        let logs = refused(
+            &["--data-dir", &arg(d), "--wal", "none", flag],
+            "refusing to start",
+        )
+        .await;
         assert!(
             logs.contains(&newest_name) && logs.contains("cut short"),
             "{flag}: {logs}"
@@ -261,7 +265,13 @@ async fn continuity_off_warns_or_refuses_when_the_compaction_key_is_seen() {
     assert!(generations(d).is_empty(), "no snapshot written");
     let before = files(d);
     let logs = refused(
-        &["--data-dir", &arg(d), "--wal", "none", "--revision-continuity=false"],
+        &[
+            "--data-dir",
+            &arg(d),
+            "--wal",
+            "none",
+            "--revision-continuity=false",
+        ],
         "refusing to start",
     )
     .await;
@@ -276,7 +286,13 @@ async fn continuity_off_warns_or_refuses_when_the_compaction_key_is_seen() {
     let (kvs, rev) = run_and_stop(d, "kept", 4).await;
     let p = Proc::start(
         free_port(),
-        &["--data-dir", &arg(d), "--wal", "none", "--revision-continuity=false"],
+        &[
+            "--data-dir",
+            &arg(d),
+            "--wal",
+            "none",
+            "--revision-continuity=false",
+        ],
     )
     .await;
     let api = Apiserver::connect(&p.endpoint()).await;

@@ -113,7 +113,10 @@ async fn put(endpoint: &str, key: &str) -> i64 {
 async fn until_acked(acked: &Acked, n: usize) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while acked.lock().unwrap().values().count() < n {
-        assert!(Instant::now() < deadline, "the load acknowledged too few writes");
+        assert!(
+            Instant::now() < deadline,
+            "the load acknowledged too few writes"
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
@@ -216,7 +219,10 @@ async fn a_torn_tail_is_cut_and_every_whole_record_replayed() {
     let p = Proc::start(port, &args).await;
     let logs = plain(&p.logs());
     assert!(logs.contains("cut a torn tail"), "{logs}");
-    assert!(logs.contains("revisions continue where they stopped"), "{logs}");
+    assert!(
+        logs.contains("revisions continue where they stopped"),
+        "{logs}"
+    );
     assert_eq!(stored(&p.endpoint()).await.len(), 20);
     assert_eq!(put(&p.endpoint(), "next").await, last + 1);
 }
@@ -255,6 +261,9 @@ async fn with_the_newest_snapshot_damaged_the_older_one_and_the_log_lose_nothing
     let logs = plain(&p.logs());
     assert!(logs.contains("moved aside"), "{logs}");
     assert_eq!(stored(&p.endpoint()).await.len(), 20, "{logs}");
-    assert!(logs.contains("revisions continue where they stopped"), "{logs}");
+    assert!(
+        logs.contains("revisions continue where they stopped"),
+        "{logs}"
+    );
     assert_eq!(put(&p.endpoint(), "next").await, last + 1);
 }
