@@ -1,6 +1,6 @@
 //! The write-ahead journal's hook into the store: every change, in the
 //! order a replay must apply it, handed to a [`Journal`] before it is
-//! acknowledged; and [`Store::replay`], which applies a journal's records
+//! acknowledged; and [`Store::replay`](super::Store::replay), which applies a journal's records
 //! to a restored store through the apply path.
 //!
 //! # Order
