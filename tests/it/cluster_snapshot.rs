@@ -11,12 +11,14 @@
 
 use std::time::{Duration, Instant};
 
+use ephd::proto::etcdserverpb::kv_client::KvClient;
 use ephd::proto::etcdserverpb::{
     watch_request, CompactionRequest, DeleteRangeRequest, LeaseGrantRequest, LeaseLeasesRequest,
     PutRequest, RangeRequest, RangeResponse, StatusRequest, WatchCreateRequest, WatchRequest,
 };
 use ephd::proto::mvccpb::Event;
 use tokio_stream::StreamExt;
+use tonic::transport::Channel;
 
 use crate::harness::{ClusterMember, EphdCluster, Server};
 use crate::operations::http_get;
@@ -41,7 +43,7 @@ pub(crate) fn metric(m: &ClusterMember, name: &str) -> u64 {
 }
 
 /// (member ID, leader ID, applied index) as `m` reports them.
-async fn status(m: &ClusterMember) -> Option<(u64, u64, u64)> {
+pub(crate) async fn status(m: &ClusterMember) -> Option<(u64, u64, u64)> {
     let mut c = m.maintenance().await;
     let s = tokio::time::timeout(Duration::from_secs(2), c.status(StatusRequest {}))
         .await
@@ -49,6 +51,36 @@ async fn status(m: &ClusterMember) -> Option<(u64, u64, u64)> {
         .ok()?
         .into_inner();
     Some((s.header?.member_id, s.leader, s.raft_applied_index))
+}
+
+/// Puts `key` with a new value on `kv` until the leader's kept log starts
+/// past `applied` (a paused follower's), within [`SETTLE`]. The leader
+/// keeps the entries of a follower it heard from within the last election
+/// timeout (up to a bound far above these tests' writes), so how many
+/// writes that takes depends on how fast they go.
+pub(crate) async fn write_until_log_passes(
+    l: &ClusterMember,
+    kv: &mut KvClient<Channel>,
+    key: &str,
+    applied: u64,
+) {
+    let deadline = Instant::now() + SETTLE;
+    let mut n = 0u64;
+    while metric(l, "ephd_raft_log_first_index") <= applied + 1 {
+        assert!(
+            Instant::now() < deadline,
+            "the leader kept its log for the paused follower (at {applied}) through {n} more writes"
+        );
+        let req = PutRequest {
+            key: key.as_bytes().to_vec().into(),
+            value: n.to_string().into_bytes().into(),
+            ..Default::default()
+        };
+        within("put", kv.put(req))
+            .await
+            .expect("put while the follower is paused");
+        n += 1;
+    }
 }
 
 /// The index of the member every member names as leader.
@@ -279,6 +311,7 @@ async fn a_follower_behind_the_kept_log_catches_up_by_snapshot_with_identical_hi
             .expect("delete");
         }
     }
+    write_until_log_passes(l, &mut kv, "k-more", applied_at_cut).await;
     let first = metric(l, "ephd_raft_log_first_index");
     assert!(
         first > applied_at_cut + 1,

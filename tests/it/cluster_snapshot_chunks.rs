@@ -9,7 +9,9 @@
 use ephd::proto::etcdserverpb::{DeleteRangeRequest, PutRequest};
 
 use crate::cluster_peer_metrics::member_id;
-use crate::cluster_snapshot::{all_at, caught_up, initialized, leader, metric, signal, ARGS};
+use crate::cluster_snapshot::{
+    all_at, caught_up, initialized, leader, metric, signal, status, write_until_log_passes, ARGS,
+};
 use crate::harness::{EphdCluster, Server};
 use crate::support::within;
 
@@ -51,6 +53,7 @@ async fn a_member_catches_up_from_a_snapshot_sent_in_many_chunks() {
     // The follower stops answering while the leader writes well past its
     // kept log: about a megabyte of history, two versions of most keys,
     // some deleted.
+    let applied_at_pause = status(f).await.expect("status").2;
     signal(f, libc::SIGSTOP);
     for i in 0..400 {
         within("put", kv.put(put(i)))
@@ -67,6 +70,7 @@ async fn a_member_catches_up_from_a_snapshot_sent_in_many_chunks() {
                 .expect("delete");
         }
     }
+    write_until_log_passes(l, &mut kv, "k-more", applied_at_pause).await;
     signal(f, libc::SIGCONT);
 
     let current = caught_up(&cluster, l, f).await;
