@@ -47,7 +47,7 @@ OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 ENDPOINT=127.0.0.1:$CLIENT_PORT
 
-start() { # server datadir -> pid
+start() { # server datadir; sets SERVER_PID
   local url=http://$ENDPOINT
   case $1 in
     ephd-*)
@@ -63,7 +63,7 @@ start() { # server datadir -> pid
         >"$OUT/server.log" 2>&1 &
       ;;
   esac
-  echo $!
+  SERVER_PID=$!
 }
 
 ready() {
@@ -80,7 +80,8 @@ ready() {
 run() { # workload server repeat
   local dir pid
   dir=$(mktemp -d "$DISK_DIR/ephd-wal-bench.XXXXXX")
-  pid=$(start "$2" "$dir")
+  start "$2" "$dir"
+  pid=$SERVER_PID
   ready
   case $1 in
     put)

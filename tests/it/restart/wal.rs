@@ -154,6 +154,7 @@ async fn sigkill_mid_load_loses_no_acknowledged_write() {
         // write that landed unacknowledged last round is not expected back.
         expected = now;
         let acked: Acked = Arc::new(Mutex::new(BTreeMap::new()));
+        let load_started = Instant::now();
         let load = write_load(p.endpoint(), 8, acked.clone());
         until_acked(&acked, 200).await;
         // Let the load run on a little; then SIGKILL, writes in flight.
@@ -165,7 +166,17 @@ async fn sigkill_mid_load_loses_no_acknowledged_write() {
         }
         let acked = acked.lock().unwrap().clone();
         assert!(acked.len() >= 200);
-        newest_acked = acked.values().map(|(_, rev)| *rev).max().unwrap();
+        let newest = acked.values().map(|(_, rev)| *rev).max().unwrap();
+        // Revisions acknowledged this round, per second of load: the rate
+        // the kill interrupted.
+        let first_rev = first;
+        eprintln!(
+            "round {round}: killed after {} acknowledged writes in {:?} ({:.0}/s)",
+            newest - first_rev,
+            load_started.elapsed(),
+            (newest - first_rev) as f64 / load_started.elapsed().as_secs_f64()
+        );
+        newest_acked = newest;
         expected.extend(acked);
     }
     let p = Proc::start(port, &args).await;
