@@ -182,6 +182,11 @@ impl Drop for Proc {
     }
 }
 
+/// A data directory as a flag value.
+fn arg(dir: &std::path::Path) -> String {
+    dir.to_str().expect("utf-8 path").to_string()
+}
+
 /// `logs` without ANSI colour sequences (ESC [ ... m).
 fn plain(logs: &str) -> String {
     let mut plain = String::with_capacity(logs.len());

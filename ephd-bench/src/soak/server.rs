@@ -160,6 +160,11 @@ impl ServerProc {
         .arg(format!("http://{}", self.metrics))
         .arg("--data-dir")
         .arg(&self.spec.data_dir)
+        // The SIGKILL and damaged-snapshot faults check what snapshots
+        // alone restore (the restored generation, exactly, and revisions
+        // above it); the write-ahead log keeps more than that, and its
+        // crashes are tested by the server's suite (`tests/it/restart/wal.rs`).
+        .args(["--wal", "none"])
         .args(&self.spec.args)
         // Plain log lines, so they can be searched.
         .env("NO_COLOR", "1")

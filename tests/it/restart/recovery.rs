@@ -13,15 +13,11 @@ use std::time::{Duration, Instant};
 use ephd::proto::etcdserverpb as pb;
 use ephd::proto::mvccpb::KeyValue;
 
-use super::{node_key, plain, Proc};
+use super::{arg, node_key, plain, Proc};
 use crate::harness::free_port;
 use crate::kubernetes::apiserver::{
     b, Apiserver, Compactor, Tick, COMPACT_REV_KEY, EVENTS, EVENT_LEASE_TTL, LEASES,
 };
-
-fn arg(dir: &Path) -> String {
-    dir.to_str().expect("utf-8 path").to_string()
-}
 
 /// Every file in `dir` with its bytes.
 fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {

@@ -5,19 +5,14 @@
 //! comes back at the same revision.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ephd::proto::etcdserverpb as pb;
 
-use super::{plain, Proc};
-use crate::harness::free_port;
+use super::{arg, plain, Proc};
+use crate::harness::{connect_channel, free_port};
 use crate::kubernetes::apiserver::b;
-
-fn arg(dir: &Path) -> String {
-    dir.to_str().expect("utf-8 path").to_string()
-}
 
 /// Rounds of kill and restart; `EPHD_WAL_KILL_ROUNDS=20` for the long run.
 fn rounds() -> usize {
@@ -28,12 +23,7 @@ fn rounds() -> usize {
 }
 
 async fn kv(endpoint: &str) -> pb::kv_client::KvClient<tonic::transport::Channel> {
-    let ch = tonic::transport::Endpoint::from_shared(endpoint.to_string())
-        .expect("endpoint")
-        .connect()
-        .await
-        .expect("connect");
-    pb::kv_client::KvClient::new(ch)
+    pb::kv_client::KvClient::new(connect_channel(endpoint).await)
 }
 
 /// The newest acknowledged write of each key: (value, revision).
