@@ -38,7 +38,7 @@ mod writer;
 
 pub use crate::config::WalMode;
 pub use recover::{recover, Recovered};
-pub use writer::{drop_covered, Release, Wal, WalMetrics, WalStats, SEGMENT_BYTES};
+pub use writer::{drop_covered, Release, Wal, WalMetrics, SEGMENT_BYTES};
 
 /// This machine's boot ID, as the kernel gives it (empty where it does not).
 pub fn boot_id() -> String {

@@ -61,8 +61,7 @@ pub fn recover(dir: &Path, position: u64, boot_id: &str) -> std::io::Result<Reco
             Err(why) => {
                 out.trusted = false;
                 out.notes.push(format!("{}: {why}", path.display()));
-                out.damaged
-                    .extend(segments[i..].iter().map(|(_, p)| p.clone()));
+                out.damaged = from_here(&segments, i);
                 break;
             }
         };
@@ -73,8 +72,7 @@ pub fn recover(dir: &Path, position: u64, boot_id: &str) -> std::io::Result<Reco
                 path.display(),
                 read.header.first
             ));
-            out.damaged
-                .extend(segments[i..].iter().map(|(_, p)| p.clone()));
+            out.damaged = from_here(&segments, i);
             break;
         }
         let starts_in_time = match expected {
@@ -88,8 +86,7 @@ pub fn recover(dir: &Path, position: u64, boot_id: &str) -> std::io::Result<Reco
                 path.display(),
                 expected.unwrap_or(position + 1)
             ));
-            out.damaged
-                .extend(segments[i..].iter().map(|(_, p)| p.clone()));
+            out.damaged = from_here(&segments, i);
             break;
         }
         let last_in_segment = read.records.last().map(|r| r.position);
@@ -123,8 +120,7 @@ pub fn recover(dir: &Path, position: u64, boot_id: &str) -> std::io::Result<Reco
                         path.display(),
                         record.position
                     ));
-                    out.damaged
-                        .extend(segments[i..].iter().map(|(_, p)| p.clone()));
+                    out.damaged = from_here(&segments, i);
                     return Ok(out);
                 }
             }
@@ -144,8 +140,7 @@ pub fn recover(dir: &Path, position: u64, boot_id: &str) -> std::io::Result<Reco
             } else {
                 out.trusted = false;
                 out.notes.push(format!("{}: {why}", path.display()));
-                out.damaged
-                    .extend(segments[i..].iter().map(|(_, p)| p.clone()));
+                out.damaged = from_here(&segments, i);
                 break;
             }
         }
@@ -165,4 +160,9 @@ fn decode(record: &segment::Record) -> Result<Replayed, String> {
         KIND_ENTRY => crate::cluster::entry::decode(payload).map(|p| Replayed::Entry(p.entry)),
         kind => Err(format!("unknown kind {kind}")),
     }
+}
+
+/// The segments from the `i`th on: what a damaged one leaves unusable.
+fn from_here(segments: &[(u64, PathBuf)], i: usize) -> Vec<PathBuf> {
+    segments[i..].iter().map(|(_, p)| p.clone()).collect()
 }

@@ -36,8 +36,6 @@ struct Shared {
     appended: AtomicU64,
     durable: AtomicU64,
     notify: tokio::sync::watch::Sender<u64>,
-    written_bytes: AtomicU64,
-    batches: AtomicU64,
     metrics: std::sync::OnceLock<WalMetrics>,
 }
 
@@ -54,17 +52,6 @@ struct Queue {
     records: Vec<(u64, i64, Vec<u8>)>,
     next: u64,
     closing: bool,
-}
-
-/// Counters for the metrics.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct WalStats {
-    /// Bytes written to segments.
-    pub written_bytes: u64,
-    /// Batches written (each one write, and one sync in `fsync` mode).
-    pub batches: u64,
-    /// The newest durable position.
-    pub durable: u64,
 }
 
 impl Wal {
@@ -102,8 +89,6 @@ impl Wal {
             appended: AtomicU64::new(next - 1),
             durable: AtomicU64::new(next - 1),
             notify: tokio::sync::watch::channel(next - 1).0,
-            written_bytes: AtomicU64::new(0),
-            batches: AtomicU64::new(0),
             metrics: std::sync::OnceLock::new(),
         });
         let writer = Writer {
@@ -138,15 +123,6 @@ impl Wal {
     /// Reports every later batch to these metrics.
     pub fn report_to(&self, metrics: WalMetrics) {
         let _ = self.shared.metrics.set(metrics);
-    }
-
-    /// The counters.
-    pub fn stats(&self) -> WalStats {
-        WalStats {
-            written_bytes: self.shared.written_bytes.load(Ordering::Relaxed),
-            batches: self.shared.batches.load(Ordering::Relaxed),
-            durable: self.shared.durable.load(Ordering::Acquire),
-        }
     }
 }
 
@@ -274,10 +250,6 @@ impl Writer {
             self.persist(&buf);
             self.size += buf.len() as u64;
             self.file_len += buf.len() as u64;
-            self.shared
-                .written_bytes
-                .fetch_add(buf.len() as u64, Ordering::Relaxed);
-            self.shared.batches.fetch_add(1, Ordering::Relaxed);
             self.shared.durable.store(last, Ordering::Release);
             written = last;
             if newest_revision > 0 {
