@@ -165,3 +165,20 @@ fn help_starts_with_what_ephd_is() {
         assert!(!help.contains("Serialize"), "{help}");
     }
 }
+
+#[test]
+fn the_write_ahead_log_is_buffered_with_a_data_dir_and_off_without() {
+    assert_eq!(Config::defaults().wal_mode(), WalMode::None);
+    let with_dir = Config::parse_from(["ephd", "--data-dir", "/tmp/d"]);
+    assert_eq!(with_dir.wal_mode(), WalMode::Buffered);
+    let synced = Config::parse_from(["ephd", "--data-dir", "/tmp/d", "--wal", "fsync"]);
+    assert_eq!(synced.wal_mode(), WalMode::Fsync);
+    let no_dir = Config::parse_from(["ephd", "--wal", "fsync"]);
+    assert_eq!(no_dir.wal_mode(), WalMode::None, "no directory, no log");
+    let err = Config::try_parse_from(["ephd", "--wal", "always"]).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("invalid value \"always\" for --wal: expected none, buffered or fsync"),
+        "{err}"
+    );
+}

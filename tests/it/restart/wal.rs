@@ -268,3 +268,41 @@ async fn with_the_newest_snapshot_damaged_the_older_one_and_the_log_lose_nothing
     );
     assert_eq!(put(&p.endpoint(), "next").await, last + 1);
 }
+
+/// The value of an unlabelled series in a `/metrics` body.
+fn series(body: &str, name: &str) -> f64 {
+    body.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in:\n{body}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_log_reports_its_writes_and_syncs_under_etcds_metric_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let metrics_port = free_port();
+    let metrics_url = format!("http://127.0.0.1:{metrics_port}");
+    let p = Proc::start(
+        free_port(),
+        &[
+            "--data-dir",
+            &arg(dir.path()),
+            "--wal",
+            "fsync",
+            "--listen-metrics-urls",
+            &metrics_url,
+        ],
+    )
+    .await;
+    for i in 0..10 {
+        put(&p.endpoint(), &format!("wal/m{i}")).await;
+    }
+    let (_, body) = crate::operations::http_get(metrics_port, "/metrics");
+    assert!(
+        series(&body, "etcd_disk_wal_write_bytes_total") > 0.0,
+        "{body}"
+    );
+    assert!(
+        series(&body, "etcd_disk_wal_fsync_duration_seconds_count") >= 10.0,
+        "one sync per acknowledged batch at least: {body}"
+    );
+}
