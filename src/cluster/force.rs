@@ -141,6 +141,7 @@ fn forced(
         client_urls,
         promote: false,
         resume,
+        log: None,
     })
 }
 

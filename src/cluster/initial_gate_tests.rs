@@ -38,7 +38,7 @@ pub(super) fn solo(
         initial_revision: hold_writes,
         replicated_limits: false,
     };
-    let node = Node::start(&config, store.clone(), boot, wait).unwrap();
+    let node = Node::start(&config, store.clone(), boot, wait, None).unwrap();
     (node, store)
 }
 
@@ -81,6 +81,7 @@ pub(super) fn alone(token: &str, heartbeat: Duration, election: Duration) -> (Cl
         client_urls: Vec::new(),
         promote: false,
         resume: None,
+        log: None,
     };
     (config, boot)
 }

@@ -151,6 +151,7 @@ pub async fn bootstrap(
         client_urls,
         promote: false,
         resume: None,
+        log: None,
     })
 }
 

@@ -42,6 +42,19 @@ pub struct Boot {
     /// log starts after that index, so a member added later catches up by
     /// snapshot instead of replaying a log without the resumed data.
     pub resume: Option<(u64, u64)>,
+    /// A member restarting from its Raft log (`restart.rs`): its hard
+    /// state and the entries after the saved state, which its Raft node
+    /// starts with.
+    pub log: Option<LoggedRaft>,
+}
+
+/// What a member's Raft log gives its restart.
+#[derive(Debug, Clone, Default)]
+pub struct LoggedRaft {
+    /// Term, vote and commit index as last written.
+    pub hard_state: raft::prelude::HardState,
+    /// The entries after the saved state's index, in order.
+    pub entries: Vec<raft::prelude::Entry>,
 }
 
 impl Boot {
@@ -63,6 +76,7 @@ impl Boot {
             client_urls,
             promote,
             resume: None,
+            log: None,
         }
     }
 }

@@ -39,7 +39,8 @@
 //! * `initial_gate.rs`: writes held back until a new cluster's initial
 //!   revision is applied.
 //! * `saved.rs` and `saving.rs`: `--data-dir`, the applied state kept on
-//!   disk; `resume.rs`: a whole cluster resuming from it; `newest.rs`
+//!   disk; `restart.rs`: a member restarting from it and its Raft log
+//!   (`wal::RaftLog`) under its own ID; `resume.rs`: a whole cluster resuming from it; `newest.rs`
 //!   and `saved_transfer.rs`: from the newest file among the waiting
 //!   members, fetched in pieces.
 
@@ -80,6 +81,7 @@ mod raft_loop;
 mod reconfig;
 mod rejoin;
 mod removal;
+pub mod restart;
 pub mod resume;
 pub mod saved;
 mod saved_transfer;

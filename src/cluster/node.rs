@@ -24,13 +24,15 @@ use super::members::{Boot, Members};
 use super::peers::Peers;
 use super::queue::{self, Sender};
 use super::raft_loop::{Core, RaftLoop};
-use super::saved;
+use super::restart::Disk;
+use super::saved::{self, SavedFiles};
 use super::status::RaftStatus;
 use super::timeouts;
 use super::waiters::Waiters;
 use crate::config::ClusterConfig;
 use crate::error::{Error, Result};
 use crate::mvcc::{Applied, Entry, Store};
+use crate::wal::{Identity, RaftLog, RaftLogStart};
 use parking_lot::Mutex;
 use raft::{RawNode, ReadOnlyOption};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -73,6 +75,56 @@ pub struct Node {
     pub(super) gate: Arc<InitialGate>,
     /// Members whose raft messages reached this one (`seen.rs`).
     pub(super) seen: super::seen::Seen,
+    /// The saved state's files, with `--data-dir`.
+    files: Option<Arc<SavedFiles>>,
+    /// Where the Raft log reports its writes.
+    log_metrics: Option<Arc<std::sync::OnceLock<crate::wal::WalMetrics>>>,
+}
+
+/// Starts the Raft log of `disk`, if it has one: continuing what an
+/// earlier run left when `boot` restarts from it, otherwise after writing
+/// the state this member starts from (so a restart finds the saved state
+/// the new log continues).
+fn start_log(
+    boot: &Boot,
+    store: &Store,
+    members: &Members,
+    mem: &raft::storage::MemStorage,
+    disk: &Disk,
+) -> std::result::Result<Option<RaftLog>, String> {
+    let Some((settings, earlier)) = &disk.log else {
+        return Ok(None);
+    };
+    let (base, term) = boot.resume.unwrap_or((0, 0));
+    if boot.log.is_none() {
+        disk.files
+            .write(&saved::capture(store, members, base, term))
+            .map_err(|e| {
+                format!(
+                    "cannot write the starting state into {}: {e}",
+                    disk.files.dir().display()
+                )
+            })?;
+    }
+    let earlier = earlier.as_ref().filter(|_| boot.log.is_some());
+    let log = RaftLog::start(
+        RaftLogStart {
+            dir: settings.dir.clone(),
+            mode: settings.mode,
+            boot_id: settings.boot_id.clone(),
+            identity: Identity {
+                member_id: boot.id,
+                cluster_id: boot.cluster_id,
+            },
+            hard_state: mem.rl().hard_state().clone(),
+            next_position: earlier.map_or(1, |e| e.next_position),
+            kept: earlier.map(|e| e.segments.clone()).unwrap_or_default(),
+        },
+        crate::wal::SEGMENT_BYTES,
+    )
+    .map_err(|e| format!("cannot start the raft log in {}: {e}", settings.dir.display()))?;
+    disk.files.report_covered_to(log.covered());
+    Ok(Some(log))
 }
 
 impl Node {
@@ -81,15 +133,26 @@ impl Node {
     /// starts with the configuration the cluster's log starts from (the
     /// initial cluster) and an empty log; a joining member replays the log
     /// from there. `wait`: what its writes wait for (`initial_gate.rs`).
+    /// `disk`: what it keeps in `--data-dir` (`restart.rs`); a member
+    /// that does not restart from its log writes its starting state first,
+    /// so that its new log continues it.
     pub fn start(
         config: &ClusterConfig,
         store: Arc<Store>,
         boot: Boot,
         wait: WritesWaitFor,
+        disk: Option<Disk>,
     ) -> std::result::Result<Arc<Node>, String> {
         let id = boot.id;
         let status = Arc::new(RaftStatus::default());
-        let storage = LogStore::new(saved::storage(&boot), status.log.clone());
+        let mem = saved::storage(&boot);
+        let members = Arc::new(Members::new(&boot, config));
+        let (log, files) = match disk {
+            Some(disk) => (start_log(&boot, &store, &members, &mem, &disk)?, Some(disk.files)),
+            None => (None, None),
+        };
+        let log_metrics = log.as_ref().map(|l| l.metrics());
+        let storage = LogStore::new(mem, status.log.clone());
         let raft_config = raft::Config {
             id,
             heartbeat_tick: 1,
@@ -116,7 +179,6 @@ impl Node {
             .map_err(|e| format!("raft settings: {e}"))?;
         let raw = RawNode::new(&raft_config, storage, &logger::logger())
             .map_err(|e| format!("cannot start raft: {e}"))?;
-        let members = Arc::new(Members::new(&boot, config));
         let (inbox, inputs) = queue::bounded(INBOX);
         let peers = Peers::start(
             boot.current.members(),
@@ -149,6 +211,8 @@ impl Node {
             ),
             members: members.clone(),
             held: Vec::new(),
+            log,
+            files: files.clone(),
         };
         let leases = super::lease_state::LeaseForward::new(id, members.clone(), store.clone());
         // A resumed store is past its initial revision (`saved.rs`), and
@@ -207,8 +271,22 @@ impl Node {
             members,
             gate,
             seen: Default::default(),
+            files,
+            log_metrics,
         });
         Ok(node)
+    }
+
+    /// The saved state's files (`--data-dir`).
+    pub(super) fn saved_files(&self) -> Option<&Arc<SavedFiles>> {
+        self.files.as_ref()
+    }
+
+    /// Reports the Raft log's writes to these metrics.
+    pub fn report_log_to(&self, metrics: crate::wal::WalMetrics) {
+        if let Some(slot) = &self.log_metrics {
+            let _ = slot.set(metrics);
+        }
     }
 
     /// Membership's shared state (`reconfig.rs`).

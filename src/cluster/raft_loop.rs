@@ -203,6 +203,12 @@ pub(super) struct RaftLoop {
     /// Client proposals taken while no leader was known, with their
     /// numbers (see [`RaftLoop::propose`]).
     pub(super) held: Vec<(u64, Vec<u8>)>,
+    /// The Raft log on disk (`--wal` with `--data-dir`): what the member
+    /// appended and voted is written there before it says so.
+    pub(super) log: Option<crate::wal::RaftLog>,
+    /// The saved state's files, where a snapshot from the leader is
+    /// written before the log records it.
+    pub(super) files: Option<Arc<super::saved::SavedFiles>>,
 }
 
 impl RaftLoop {
@@ -332,6 +338,7 @@ impl RaftLoop {
         }
         if !rd.snapshot().is_empty() {
             let snap = rd.snapshot().clone();
+            self.log_installed(&snap);
             self.catchup.received(&mut self.raw, snap, &self.to_apply);
         }
         self.apply(rd.take_committed_entries());
@@ -342,6 +349,14 @@ impl RaftLoop {
         }
         if let Some(hs) = rd.hs() {
             self.raw.mut_store().wl().set_hardstate(hs.clone());
+        }
+        if let Some(log) = &mut self.log {
+            // On disk before any message that says it is.
+            log.append(rd.entries());
+            if let Some(hs) = rd.hs() {
+                log.hard_state(hs);
+            }
+            log.flush();
         }
         self.peers.send_all(rd.take_persisted_messages());
         let mut light = self.raw.advance(rd);
@@ -355,6 +370,27 @@ impl RaftLoop {
         self.peers.send_all(light.take_messages());
         self.apply(light.take_committed_entries());
         self.raw.advance_apply();
+    }
+
+    /// A snapshot from the leader replaces the log up to its index: its
+    /// state is saved first, then the log says so (a restart finds the
+    /// state the log continues; a crash in between leaves a log that
+    /// does not continue the saved state, which is not used).
+    fn log_installed(&mut self, snap: &raft::prelude::Snapshot) {
+        let (Some(log), Some(files)) = (&mut self.log, &self.files) else {
+            return;
+        };
+        let meta = snap.get_metadata();
+        match files.write_encoded(meta.index, snap.get_data()) {
+            Ok(_) => {}
+            Err(e) => tracing::error!(
+                index = meta.index,
+                error = %e,
+                "cannot save the snapshot from the leader; this member's raft log will not be \
+                 used at its next start"
+            ),
+        }
+        log.installed(meta);
     }
 
     /// Hands committed entries to the apply thread, in order.

@@ -268,10 +268,11 @@ pub fn start_node(
     store: Arc<crate::mvcc::Store>,
     boot: Boot,
     wait: super::WritesWaitFor,
+    disk: Option<super::restart::Disk>,
 ) -> std::result::Result<Arc<Node>, String> {
     let (name, client_urls) = (boot.name.clone(), boot.client_urls.clone());
     let promote = boot.promote;
-    let node = Node::start(config, store, boot, wait)?;
+    let node = Node::start(config, store, boot, wait, disk)?;
     publish(&node, name, client_urls);
     if promote {
         super::rejoin::promote_when_caught_up(&node);

@@ -103,7 +103,89 @@ pub(super) fn storage(boot: &Boot) -> MemStorage {
         // Only fails for a snapshot older than the storage's: it is empty.
         let _ = mem.wl().apply_snapshot(snap);
     }
+    if let Some(log) = &boot.log {
+        let base = boot.resume.map_or(0, |(index, _)| index);
+        if let Err(e) = mem.wl().append(&log.entries) {
+            tracing::error!(error = %e, "cannot restore the raft log's entries");
+        }
+        let mut hard_state = log.hard_state.clone();
+        hard_state.commit = hard_state.commit.max(base);
+        mem.wl().set_hardstate(hard_state);
+    }
     mem
+}
+
+/// A member's saved-state files while it runs: writes one at a time
+/// (the periodic save, a snapshot installed from the leader and the last
+/// save at shutdown all write the same file), never an older state over a
+/// newer one, and tells the Raft log which entries the files on disk
+/// cover. Both the current file and `.prev` (read when the current one is
+/// damaged) must cover an entry before the log drops it.
+pub struct SavedFiles {
+    dir: PathBuf,
+    cluster_id: u64,
+    /// The Raft index of the current file and of `.prev`, as written in
+    /// this run (`None`: not known).
+    written: parking_lot::Mutex<(Option<u64>, Option<u64>)>,
+    /// Where the covered index goes (the Raft log's, `wal::RaftLog`).
+    covered: std::sync::OnceLock<std::sync::Arc<std::sync::atomic::AtomicU64>>,
+}
+
+impl SavedFiles {
+    /// The files of cluster `cluster_id` in `dir`; `newest`: the index of
+    /// the file read at start.
+    pub fn new(dir: PathBuf, cluster_id: u64, newest: Option<u64>) -> SavedFiles {
+        SavedFiles {
+            dir,
+            cluster_id,
+            written: parking_lot::Mutex::new((newest, None)),
+            covered: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The data directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Whether a file was written or read in this run.
+    pub fn any(&self) -> bool {
+        self.written.lock().0.is_some()
+    }
+
+    /// Reports the covered index to `covered` from now on.
+    pub(super) fn report_covered_to(&self, covered: std::sync::Arc<std::sync::atomic::AtomicU64>) {
+        let _ = self.covered.set(covered);
+    }
+
+    /// Writes `snap` unless a newer state is on disk already; the bytes
+    /// written, `None` when skipped.
+    pub fn write(&self, snap: &Snapshot) -> io::Result<Option<u64>> {
+        self.write_encoded(snap.raft_index, &snapshot::encode(snap))
+    }
+
+    /// Writes an encoded snapshot (`mvcc::snapshot` format, the bytes a
+    /// Raft snapshot carries) of index `index`, as [`SavedFiles::write`].
+    pub fn write_encoded(&self, index: u64, bytes: &[u8]) -> io::Result<Option<u64>> {
+        let mut written = self.written.lock();
+        if written.0.is_some_and(|newest| newest > index) {
+            return Ok(None);
+        }
+        fs::create_dir_all(&self.dir)?;
+        let tmp = self.dir.join(format!("{}.tmp", file_name(self.cluster_id)));
+        {
+            let mut f = File::create(&tmp)?;
+            f.write_all(bytes)?;
+            f.sync_all()?;
+        }
+        install(&self.dir, self.cluster_id, &tmp)?;
+        let previous = written.0;
+        *written = (Some(index), previous);
+        if let (Some(covered), Some(previous)) = (self.covered.get(), previous) {
+            covered.store(previous, std::sync::atomic::Ordering::Release);
+        }
+        Ok(Some(bytes.len() as u64))
+    }
 }
 
 /// The file name of cluster `cluster_id`'s saved state.
@@ -115,16 +197,8 @@ pub fn file_name(cluster_id: u64) -> String {
 /// (temporary file, fsync, rename, directory fsync; the replaced file
 /// kept as `.prev`). Returns the number of bytes written.
 pub fn write(dir: &Path, cluster_id: u64, snap: &Snapshot) -> io::Result<u64> {
-    fs::create_dir_all(dir)?;
-    let tmp = dir.join(format!("{}.tmp", file_name(cluster_id)));
-    let bytes = snapshot::encode(snap);
-    {
-        let mut f = File::create(&tmp)?;
-        f.write_all(&bytes)?;
-        f.sync_all()?;
-    }
-    install(dir, cluster_id, &tmp)?;
-    Ok(bytes.len() as u64)
+    let files = SavedFiles::new(dir.to_path_buf(), cluster_id, None);
+    Ok(files.write(snap)?.unwrap_or(0))
 }
 
 /// Makes `tmp` (a complete file in `dir`, already fsynced) cluster

@@ -6,7 +6,6 @@ use super::saved;
 use crate::error::Error;
 use crate::mvcc::snapshot::Snapshot;
 use crate::mvcc::Store;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{oneshot, watch};
@@ -27,28 +26,30 @@ impl Node {
     }
 }
 
-/// Writes `snap` into `dir` off the async workers.
-pub async fn write(dir: PathBuf, cluster_id: u64, snap: Snapshot) -> Result<(), String> {
+/// Writes `snap` into the member's saved-state files off the async
+/// workers (nothing without `--data-dir`).
+pub async fn write(node: &Node, snap: Snapshot) -> Result<(), String> {
+    let Some(files) = node.saved_files().cloned() else {
+        return Ok(());
+    };
     let revision = snap.image.revision;
     let index = snap.raft_index;
-    let shown = dir.display().to_string();
-    let written = tokio::task::spawn_blocking(move || saved::write(&dir, cluster_id, &snap))
+    let shown = files.dir().display().to_string();
+    let written = tokio::task::spawn_blocking(move || files.write(&snap))
         .await
         .map_err(|e| format!("the snapshot writer failed: {e}"))?
         .map_err(|e| format!("cannot write the cluster snapshot into {shown}: {e}"))?;
-    tracing::info!(revision, raft_index = index, bytes = written, dir = %shown, "cluster state saved");
+    match written {
+        Some(bytes) => tracing::info!(revision, raft_index = index, bytes, dir = %shown, "cluster state saved"),
+        None => tracing::debug!(raft_index = index, "a newer cluster state is saved already"),
+    }
     Ok(())
 }
 
 /// Every `interval` until `stop`: captures the applied state and writes
-/// it into `dir`. A failed write is logged and tried again next time.
-pub async fn save_loop(
-    node: Arc<Node>,
-    dir: PathBuf,
-    cluster_id: u64,
-    interval: Duration,
-    mut stop: watch::Receiver<bool>,
-) {
+/// it into the member's saved-state files. A failed write is logged and
+/// tried again next time.
+pub async fn save_loop(node: Arc<Node>, interval: Duration, mut stop: watch::Receiver<bool>) {
     // The index last written: an idle member does not write the same
     // state again.
     let mut written = None;
@@ -61,7 +62,7 @@ pub async fn save_loop(
             Ok(snap) if written == Some(snap.raft_index) => {}
             Ok(snap) => {
                 written = Some(snap.raft_index);
-                if let Err(e) = write(dir.clone(), cluster_id, snap).await {
+                if let Err(e) = write(&node, snap).await {
                     tracing::error!(error = %e, "periodic cluster snapshot failed");
                 }
             }

@@ -514,6 +514,47 @@ pub(super) fn load_saved(config: &Config) -> Result<Option<Saved>, String> {
     }
 }
 
+/// Cluster mode with `--data-dir`: where the member's Raft log is and how
+/// it is written (`--wal`; with `none` an earlier log is only set aside).
+pub(super) fn raft_log_settings(config: &Config) -> Option<crate::cluster::restart::LogSettings> {
+    let (Some(c), Some(dir)) = (&config.cluster, &config.data_dir) else {
+        return None;
+    };
+    Some(crate::cluster::restart::LogSettings {
+        dir: crate::wal::raft_log_dir(dir, c.cluster_id()),
+        mode: config.wal_mode(),
+        boot_id: crate::wal::boot_id(),
+    })
+}
+
+/// What a cluster member started with `boot` keeps in `--data-dir`: its
+/// saved state's files and, unless `--wal none`, its Raft log, continuing
+/// `earlier` when it restarts from it.
+pub(super) fn cluster_disk(
+    config: &Config,
+    boot: &crate::cluster::Boot,
+    settings: Option<crate::cluster::restart::LogSettings>,
+    earlier: Option<crate::wal::RecoveredRaftLog>,
+) -> Option<crate::cluster::restart::Disk> {
+    let dir = config.data_dir.clone()?;
+    // Restarting from its log, the member's saved state is on disk and
+    // never written over by an older one; otherwise it starts anew.
+    let newest = boot
+        .log
+        .as_ref()
+        .map(|_| boot.resume.map_or(0, |(index, _)| index));
+    Some(crate::cluster::restart::Disk {
+        files: std::sync::Arc::new(crate::cluster::saved::SavedFiles::new(
+            dir,
+            boot.cluster_id,
+            newest,
+        )),
+        log: settings
+            .filter(|s| s.mode != crate::wal::WalMode::None)
+            .map(|s| (s, earlier)),
+    })
+}
+
 /// Puts `saved` into the new (empty) store of a member forced into a new
 /// cluster: the whole MVCC state and the auth state. With revision
 /// continuity the store then jumps to the wall-clock revision a new

@@ -256,25 +256,45 @@ impl Server {
         // Cluster mode: learn this member's ID (and check it may start)
         // from the other members first.
         let mut saved = bootstrap::load_saved(&config)?;
+        let log_settings = bootstrap::raft_log_settings(&config);
+        let mut earlier_log = None;
         let member = match &config.cluster {
             Some(c) => {
-                // Holding saved state: answer the others while waiting.
-                let responding = match &saved {
-                    Some(s) if !c.force_new_cluster && !c.existing => {
-                        Some(responder::start(c, s).await?)
-                    }
-                    _ => None,
-                };
-                // The seed of a whole-cluster resume may replace `saved`
-                // with a newer member's (`cluster/newest.rs`).
                 // Peer TLS for every member this one dials, from now on.
                 crate::cluster::init_peer_tls(c.peer_tls.as_ref(), config.tls_reload_interval)?;
-                let boot = crate::cluster::bootstrap(c, config.advertised_urls(), &mut saved);
-                let boot = boot.await;
-                if let Some(r) = responding {
-                    r.stop().await;
+                let restart = match &log_settings {
+                    Some(settings) => crate::cluster::restart::from_log(
+                        c,
+                        settings,
+                        saved.as_ref(),
+                        config.advertised_urls(),
+                    )?,
+                    None => None,
+                };
+                match restart {
+                    Some(r) => {
+                        earlier_log = Some(r.log);
+                        Some(r.boot)
+                    }
+                    None => {
+                        // Holding saved state: answer the others while waiting.
+                        let responding = match &saved {
+                            Some(s) if !c.force_new_cluster && !c.existing => {
+                                Some(responder::start(c, s).await?)
+                            }
+                            _ => None,
+                        };
+                        // The seed of a whole-cluster resume may replace
+                        // `saved` with a newer member's (`cluster/newest.rs`).
+                        let boot =
+                            crate::cluster::bootstrap(c, config.advertised_urls(), &mut saved);
+                        let boot = boot.await;
+                        if let Some(r) = responding {
+                            r.stop().await;
+                        }
+                        Some(boot?)
+                    }
                 }
-                Some(boot?)
             }
             None => None,
         };
@@ -289,15 +309,12 @@ impl Server {
                 (store, Some(boot.guard), wal)
             }
             Some(b) => {
-                if config.wal.is_some_and(|m| m != crate::wal::WalMode::None) {
-                    tracing::warn!(
-                        "--wal applies to a single member: a cluster member keeps its Raft log \
-                         in memory and saves its applied state (CLUSTER.md, \"Data directory\")"
-                    );
-                }
                 let store = build_cluster_store(&config, b.id, memory.space);
-                if let (Some(_), Some(saved)) = (b.resume, saved) {
-                    bootstrap::resume_cluster_store(&store, saved, config.revision_continuity)?;
+                if let (true, Some(saved)) = (b.resume.is_some() || b.log.is_some(), saved) {
+                    // From its own log the member continues where it
+                    // stopped; a resumed cluster's revisions jump.
+                    let jump = config.revision_continuity && b.log.is_none();
+                    bootstrap::resume_cluster_store(&store, saved, jump)?;
                 }
                 (Arc::new(store), None, None)
             }
@@ -340,7 +357,8 @@ impl Server {
                 };
                 crate::cluster::set_snapshot_chunk_bytes(config.snapshot_chunk_bytes as usize);
                 crate::cluster::set_snapshot_receive_limit(memory.peer_snapshot_bytes());
-                let node = crate::cluster::start_node(c, store.clone(), boot, wait)?;
+                let disk = bootstrap::cluster_disk(&config, &boot, log_settings, earlier_log);
+                let node = crate::cluster::start_node(c, store.clone(), boot, wait, disk)?;
                 (peers, Proposer::Replicated(node))
             }
             _ => (Vec::new(), Proposer::Local),
@@ -359,11 +377,15 @@ impl Server {
         metrics
             .memory_bound_bytes
             .set(memory.space.memory_bound_bytes.unwrap_or(-1));
+        let wal_metrics = crate::wal::WalMetrics {
+            sync_seconds: metrics.wal_fsync_seconds.clone(),
+            written_bytes: metrics.wal_write_bytes.clone(),
+        };
         if let Some(wal) = &wal {
-            wal.report_to(crate::wal::WalMetrics {
-                sync_seconds: metrics.wal_fsync_seconds.clone(),
-                written_bytes: metrics.wal_write_bytes.clone(),
-            });
+            wal.report_to(wal_metrics.clone());
+        }
+        if let Some(node) = proposer.node() {
+            node.report_log_to(wal_metrics);
         }
         Ok(Server {
             shared: Shared {
@@ -494,12 +516,9 @@ impl Server {
                 });
             }
         }
-        let cluster_id = self.shared.info.cluster_id;
         let saving = match (&node, &self.config.data_dir) {
-            (Some(n), Some(dir)) => Some(tokio::spawn(crate::cluster::save_loop(
+            (Some(n), Some(_)) => Some(tokio::spawn(crate::cluster::save_loop(
                 n.clone(),
-                dir.clone(),
-                cluster_id,
                 self.config.snapshot_interval,
                 stop_rx.clone(),
             ))),
@@ -630,10 +649,10 @@ impl Server {
             // Stops raft and applying; a write still waiting fails.
             let stopping = node.clone();
             let _ = tokio::task::spawn_blocking(move || stopping.stop()).await;
-            if let (Some(task), Some(dir)) = (saving, &self.config.data_dir) {
+            if let Some(task) = saving {
                 let _ = task.await;
                 let snap = node.capture_stopped(&store);
-                let written = crate::cluster::write_saved(dir.clone(), cluster_id, snap).await;
+                let written = crate::cluster::write_saved(&node, snap).await;
                 if let Err(e) = written {
                     result = Err(e);
                 }

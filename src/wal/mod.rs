@@ -27,16 +27,26 @@
 //! and revisions jump ahead as after a restart without a log, since
 //! revisions a client saw may be gone.
 //!
+//! # A cluster member's log
+//! A cluster member writes its Raft log instead (`raft_log.rs`): its
+//! entries, hard state and installed snapshots, in the same segments,
+//! under `raft-log-<cluster ID>/`, so it restarts under its own ID.
+//!
 //! # Files
 //! Segments `<first position, 20 digits>.wal` (see `segment.rs`), a new one
 //! at every start and whenever one reaches [`SEGMENT_BYTES`]. A segment
 //! is removed once a snapshot that is no longer needed covers all of it.
 
+mod raft_log;
 mod recover;
 mod segment;
 mod writer;
 
 pub use crate::config::WalMode;
+pub use raft_log::{
+    raft_log_dir, recover_raft_log, Identity, KeptSegment, RaftLog, RaftLogStart,
+    RecoveredRaftLog,
+};
 pub use recover::{recover, Recovered};
 pub use writer::{drop_covered, Release, Wal, WalMetrics, SEGMENT_BYTES};
 
@@ -52,5 +62,7 @@ pub fn dir_in(data_dir: &std::path::Path) -> std::path::PathBuf {
     data_dir.join("wal")
 }
 
+#[cfg(test)]
+mod raft_log_tests;
 #[cfg(test)]
 mod tests;

@@ -2,7 +2,7 @@
 //! position, in order, and whether the log can be trusted to hold every
 //! change that was acknowledged.
 
-use super::segment::{self, KIND_EMPTY, KIND_ENTRY, KIND_WRITE};
+use super::segment::{self, Record, KIND_EMPTY, KIND_ENTRY, KIND_WRITE};
 use crate::config::WalMode;
 use crate::mvcc::Replayed;
 use std::path::{Path, PathBuf};
@@ -31,10 +31,51 @@ pub struct Recovered {
 /// covers). A torn tail of the newest segment (a crash mid-write) is cut
 /// off the file. `boot_id`: this machine's boot (empty: unknown).
 pub fn recover(dir: &Path, position: u64, boot_id: &str) -> std::io::Result<Recovered> {
-    let mut out = Recovered {
+    let mut records = Vec::new();
+    let walked = walk(dir, position, boot_id, |_, record| {
+        let change = decode(&record)?;
+        let revision = (record.revision > 0).then_some(record.revision);
+        records.push((revision, change));
+        Ok(())
+    })?;
+    Ok(Recovered {
+        records,
+        last_position: walked.last_position,
+        trusted: walked.trusted,
+        notes: walked.notes,
+        damaged: walked.damaged,
+    })
+}
+
+/// What walking a log's segments found, besides the records it visited.
+#[derive(Debug, Default)]
+pub(super) struct Walked {
+    /// The newest position visited (`position` when none).
+    pub last_position: u64,
+    /// See [`Recovered::trusted`].
+    pub trusted: bool,
+    pub notes: Vec<String>,
+    pub damaged: Vec<PathBuf>,
+    /// The segments read whole, oldest first, with the newest revision
+    /// field of their records.
+    pub segments: Vec<(PathBuf, i64)>,
+}
+
+/// Visits every whole record after `position` in the log in `dir`, in
+/// order; a record `visit` refuses (with why) ends the walk and makes the
+/// log untrusted. A torn tail of the newest segment is cut off the file;
+/// damage elsewhere, a gap between segments or a segment written without
+/// syncing before this machine's boot makes it untrusted.
+pub(super) fn walk(
+    dir: &Path,
+    position: u64,
+    boot_id: &str,
+    mut visit: impl FnMut(&Path, Record) -> Result<(), String>,
+) -> std::io::Result<Walked> {
+    let mut out = Walked {
         last_position: position,
         trusted: true,
-        ..Recovered::default()
+        ..Walked::default()
     };
     let segments = segment::list(dir)?;
     if segments.is_empty() {
@@ -103,22 +144,19 @@ pub fn recover(dir: &Path, position: u64, boot_id: &str) -> std::io::Result<Reco
                 path.display()
             ));
         }
+        let newest_revision = read.records.iter().map(|r| r.revision).max().unwrap_or(0);
         for record in read.records {
             if record.position <= position {
                 continue;
             }
-            match decode(&record) {
-                Ok(change) => {
-                    let revision = (record.revision > 0).then_some(record.revision);
-                    out.records.push((revision, change));
-                    out.last_position = record.position;
-                }
+            let at = record.position;
+            match visit(path, record) {
+                Ok(()) => out.last_position = at,
                 Err(why) => {
                     out.trusted = false;
                     out.notes.push(format!(
-                        "{}: record {} does not decode: {why}",
+                        "{}: record {at} does not decode: {why}",
                         path.display(),
-                        record.position
                     ));
                     out.damaged = from_here(&segments, i);
                     return Ok(out);
@@ -126,6 +164,7 @@ pub fn recover(dir: &Path, position: u64, boot_id: &str) -> std::io::Result<Reco
             }
         }
         expected = Some(last_in_segment.map_or(*first, |last| last + 1));
+        out.segments.push((path.clone(), newest_revision));
         if let Some(why) = read.cut {
             if i == newest {
                 let file = std::fs::OpenOptions::new().write(true).open(path)?;

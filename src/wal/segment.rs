@@ -9,8 +9,11 @@
 //! record's is `[kind: u8][position: u64][revision: i64][payload]`, kinds
 //! 1 (a keyed write: etcd's TxnRequest message), 2 (an entry: the Raft log
 //! entry format, `cluster/entry.rs`) and 3 (an empty revision); revision 0
-//! when the change took none. Positions grow by one from the header's
-//! first position, with no gap.
+//! when the change took none. A cluster member's Raft log (`raft_log.rs`)
+//! uses kinds 4 (a Raft entry; the revision field holds its index), 5
+//! (Raft's hard state), 6 (a snapshot installed from the leader: its
+//! metadata) and 7 (the member and cluster IDs the log belongs to).
+//! Positions grow by one from the header's first position, with no gap.
 
 use crate::config::WalMode;
 use std::path::{Path, PathBuf};
@@ -23,6 +26,14 @@ pub(super) const KIND_WRITE: u8 = 1;
 pub(super) const KIND_ENTRY: u8 = 2;
 /// A revision with no change.
 pub(super) const KIND_EMPTY: u8 = 3;
+/// A Raft log entry (raft's `Entry` message).
+pub(super) const KIND_RAFT_ENTRY: u8 = 4;
+/// Raft's hard state (term, vote, commit).
+pub(super) const KIND_HARD_STATE: u8 = 5;
+/// A snapshot from the leader replaced the log up to its index.
+pub(super) const KIND_RAFT_SNAPSHOT: u8 = 6;
+/// The member and cluster the log belongs to.
+pub(super) const KIND_IDENTITY: u8 = 7;
 /// The largest record read back: a corrupt length must not allocate
 /// gigabytes. A request is at most `--max-request-bytes` (1.5 MiB by
 /// default, capped far below this).
@@ -138,7 +149,7 @@ pub(super) fn read(bytes: &[u8]) -> Result<Read, String> {
     while offset < bytes.len() {
         match next(&bytes[offset..], offset) {
             Next::Record(r, used) => {
-                if !(KIND_WRITE..=KIND_EMPTY).contains(&r.kind) {
+                if !(KIND_WRITE..=KIND_IDENTITY).contains(&r.kind) {
                     cut = Some(format!(
                         "record at offset {offset} is of unknown kind {}",
                         r.kind

@@ -184,7 +184,7 @@ impl Drop for Wal {
 }
 
 /// A new segment with its header written and synced; and its length.
-fn create_segment(
+pub(super) fn create_segment(
     dir: &Path,
     first: u64,
     mode: WalMode,

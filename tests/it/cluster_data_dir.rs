@@ -1,5 +1,6 @@
-//! `--data-dir` in cluster mode (`src/cluster/saved.rs`, `resume.rs`):
-//! every member keeps its applied state on disk; a member restarted while
+//! `--data-dir` in cluster mode without a Raft log (`--wal none`;
+//! `src/cluster/saved.rs`, `resume.rs`), which is also what a member whose
+//! log is not trusted has: every member keeps its applied state on disk; a member restarted while
 //! the cluster runs catches up from it and ignores its file; after a
 //! whole-cluster stop the members started again resume the saved state by
 //! themselves (keys, leases, revisions above the old ones), through the
@@ -21,9 +22,11 @@ use crate::support::within;
 
 /// Revision continuity on (the default), so the resumed cluster's
 /// revisions must be above the old ones; a short save interval so a
-/// member killed without warning has a file too.
+/// member killed without warning has a file too; no Raft log (a member
+/// with one restarts from it, `cluster_wal.rs`).
 fn args(dir: &str) -> Vec<String> {
     vec![
+        "--wal=none".into(),
         "--heartbeat-interval=50".into(),
         "--election-timeout=500".into(),
         "--snapshot-interval=1s".into(),
