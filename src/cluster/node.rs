@@ -123,6 +123,15 @@ fn start_log(
         crate::wal::SEGMENT_BYTES,
     )
     .map_err(|e| format!("cannot start the raft log in {}: {e}", settings.dir.display()))?;
+    let mut log = log;
+    if boot.log.is_none() && base > 0 {
+        // The log starts after the state it was resumed from.
+        let mut meta = raft::prelude::SnapshotMetadata::default();
+        meta.index = base;
+        meta.term = term;
+        log.installed(&meta);
+        log.flush();
+    }
     disk.files.report_covered_to(log.covered());
     Ok(Some(log))
 }

@@ -146,12 +146,6 @@ fn usable(
         None if identity.member_id == config.member_id() => ((0, 0), Membership::initial(config)),
         None => return Err("no saved state holds the member list it continues".into()),
     };
-    if log.hard_state.term < base.1 {
-        return Err(format!(
-            "its term {} is older than the saved state's {}",
-            log.hard_state.term, base.1
-        ));
-    }
     let entries = log.after(base.0, base.1)?;
     Ok((identity, membership, base, entries))
 }
@@ -170,4 +164,147 @@ pub fn set_aside(dir: &Path) -> Result<PathBuf, String> {
     std::fs::rename(dir, &aside)
         .map_err(|e| format!("cannot move the raft log {} aside: {e}", dir.display()))?;
     Ok(aside)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mvcc::snapshot::{Sections, Snapshot};
+    use crate::mvcc::StoreImage;
+    use crate::wal::{Identity, RaftLog, RaftLogStart};
+    use raft::prelude::{Entry, HardState};
+
+    fn config() -> ClusterConfig {
+        ClusterConfig::for_tests(&["m0", "m1", "m2"], "m1")
+    }
+
+    fn settings(dir: &Path, mode: WalMode, boot: &str) -> LogSettings {
+        LogSettings {
+            dir: dir.join("raft-log"),
+            mode,
+            boot_id: boot.into(),
+        }
+    }
+
+    /// A log of `config`'s member with entries 1..=last in term 2.
+    fn write_log(s: &LogSettings, c: &ClusterConfig, last: u64) {
+        let mut hs = HardState::default();
+        hs.term = 2;
+        hs.vote = c.member_id();
+        hs.commit = last;
+        let mut log = RaftLog::start(
+            RaftLogStart {
+                dir: s.dir.clone(),
+                mode: s.mode,
+                boot_id: s.boot_id.clone(),
+                identity: Identity {
+                    member_id: c.member_id(),
+                    cluster_id: c.cluster_id(),
+                },
+                hard_state: HardState::default(),
+                next_position: 1,
+                kept: Vec::new(),
+            },
+            1 << 20,
+        )
+        .unwrap();
+        let entries: Vec<Entry> = (1..=last)
+            .map(|index| {
+                let mut e = Entry::default();
+                e.index = index;
+                e.term = 2;
+                e
+            })
+            .collect();
+        log.append(&entries);
+        log.hard_state(&hs);
+        log.flush();
+    }
+
+    fn saved_at(c: &ClusterConfig, index: u64, term: u64) -> Saved {
+        Saved {
+            snapshot: Snapshot {
+                raft_index: index,
+                raft_term: term,
+                image: StoreImage {
+                    revision: 10,
+                    compacted: -1,
+                    ..Default::default()
+                },
+                sections: Sections {
+                    members: Some(Membership::initial(c).encode()),
+                    auth: None,
+                },
+            },
+            path: "/d/ephd-cluster.snap".into(),
+            written_unix: 1,
+        }
+    }
+
+    #[test]
+    fn a_trusted_log_restarts_the_member_under_its_id_with_the_entries_after_the_saved_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = config();
+        let s = settings(dir.path(), WalMode::Buffered, "boot-1");
+        write_log(&s, &c, 9);
+        let restart = from_log(&c, &s, Some(&saved_at(&c, 4, 2)), vec![])
+            .unwrap()
+            .expect("restarts from its log");
+        assert_eq!(restart.boot.id, c.member_id());
+        assert_eq!(restart.boot.resume, Some((4, 2)));
+        let log = restart.boot.log.unwrap();
+        assert_eq!(log.hard_state.vote, c.member_id());
+        let indexes: Vec<u64> = log.entries.iter().map(|e| e.index).collect();
+        assert_eq!(indexes, [5, 6, 7, 8, 9]);
+        // Without a saved state, the log continues the initial cluster.
+        let restart = from_log(&c, &s, None, vec![]).unwrap().unwrap();
+        assert_eq!(restart.boot.resume, None);
+        assert_eq!(restart.boot.log.unwrap().entries.len(), 9);
+    }
+
+    #[test]
+    fn a_log_that_cannot_be_trusted_is_set_aside_and_not_used() {
+        let c = config();
+        for (why, mode, reader_boot, saved) in [
+            ("another boot, buffered", WalMode::Buffered, "boot-2", Some((4, 2))),
+            ("--wal none now", WalMode::None, "boot-1", Some((4, 2))),
+            ("another term at the saved index", WalMode::Buffered, "boot-1", Some((4, 3))),
+            ("a saved state past the log's end", WalMode::Buffered, "boot-1", Some((20, 2))),
+        ] {
+            let dir = tempfile::tempdir().unwrap();
+            let written = settings(dir.path(), WalMode::Buffered, "boot-1");
+            write_log(&written, &c, 9);
+            let s = LogSettings {
+                mode,
+                boot_id: reader_boot.into(),
+                ..written.clone()
+            };
+            let saved = saved.map(|(i, t)| saved_at(&c, i, t));
+            let restart = from_log(&c, &s, saved.as_ref(), vec![]).unwrap();
+            assert!(restart.is_none(), "{why}: used");
+            assert!(!s.dir.exists(), "{why}: left in place");
+            let aside = std::fs::read_dir(dir.path())
+                .unwrap()
+                .filter(|e| {
+                    e.as_ref()
+                        .unwrap()
+                        .file_name()
+                        .to_string_lossy()
+                        .contains("set-aside")
+                })
+                .count();
+            assert_eq!(aside, 1, "{why}");
+        }
+        // Another cluster's log (another token) is not this member's.
+        let dir = tempfile::tempdir().unwrap();
+        let s = settings(dir.path(), WalMode::Buffered, "boot-1");
+        write_log(&s, &c, 3);
+        let mut other = c.clone();
+        other.token = "another".into();
+        assert!(from_log(&other, &s, None, vec![]).unwrap().is_none());
+        // No log at all: nothing to restart from, nothing moved.
+        let empty = tempfile::tempdir().unwrap();
+        let s = settings(empty.path(), WalMode::Buffered, "boot-1");
+        assert!(from_log(&c, &s, None, vec![]).unwrap().is_none());
+    }
 }

@@ -346,8 +346,8 @@ pub struct RecoveredRaftLog {
 impl RecoveredRaftLog {
     /// The entries after a saved state at `base_index` (term `base_term`),
     /// or why they do not continue it: a snapshot installed after the
-    /// saved state, a gap after it, another term at its index, or a
-    /// commit index past the log.
+    /// saved state, a gap after it, another term at its index, a saved
+    /// state past the log's end, or a commit index past the log.
     pub fn after(&self, base_index: u64, base_term: u64) -> Result<Vec<Entry>, String> {
         if let Some((index, _)) = self.installed.filter(|(i, _)| *i > base_index) {
             return Err(format!(
@@ -373,6 +373,19 @@ impl RecoveredRaftLog {
             return Err(format!(
                 "its entries after the saved index {base_index} start at {}",
                 first.index
+            ));
+        }
+        let end = self
+            .entries
+            .last()
+            .map(|e| e.index)
+            .max(self.installed.map(|(i, _)| i))
+            .unwrap_or(0);
+        if base_index > end {
+            // The member applied only what it had written: entries it
+            // applied are missing from the log.
+            return Err(format!(
+                "the saved state (index {base_index}) is past the log's end (index {end})"
             ));
         }
         let last = after.last().map_or(base_index, |e| e.index);

@@ -33,6 +33,7 @@ mod cluster_sections;
 mod cluster_snapshot;
 mod cluster_snapshot_chunks;
 mod cluster_timeouts;
+mod cluster_wal;
 mod cluster_tls;
 mod concurrency;
 mod config;
