@@ -122,7 +122,12 @@ fn start_log(
         },
         crate::wal::SEGMENT_BYTES,
     )
-    .map_err(|e| format!("cannot start the raft log in {}: {e}", settings.dir.display()))?;
+    .map_err(|e| {
+        format!(
+            "cannot start the raft log in {}: {e}",
+            settings.dir.display()
+        )
+    })?;
     let mut log = log;
     if boot.log.is_none() && base > 0 {
         // The log starts after the state it was resumed from.
@@ -157,7 +162,10 @@ impl Node {
         let mem = saved::storage(&boot);
         let members = Arc::new(Members::new(&boot, config));
         let (log, files) = match disk {
-            Some(disk) => (start_log(&boot, &store, &members, &mem, &disk)?, Some(disk.files)),
+            Some(disk) => (
+                start_log(&boot, &store, &members, &mem, &disk)?,
+                Some(disk.files),
+            ),
             None => (None, None),
         };
         let log_metrics = log.as_ref().map(|l| l.metrics());

@@ -59,8 +59,12 @@ pub fn from_log(
     saved: Option<&Saved>,
     client_urls: Vec<String>,
 ) -> Result<Option<Restart>, String> {
-    let read = wal::recover_raft_log(&settings.dir, &settings.boot_id)
-        .map_err(|e| format!("cannot read the raft log in {}: {e}", settings.dir.display()))?;
+    let read = wal::recover_raft_log(&settings.dir, &settings.boot_id).map_err(|e| {
+        format!(
+            "cannot read the raft log in {}: {e}",
+            settings.dir.display()
+        )
+    })?;
     let Some(log) = read else {
         return Ok(None);
     };
@@ -109,7 +113,12 @@ pub fn from_log(
     Ok(Some(Restart { boot, log }))
 }
 
-type Usable = (wal::Identity, Membership, (u64, u64), Vec<raft::prelude::Entry>);
+type Usable = (
+    wal::Identity,
+    Membership,
+    (u64, u64),
+    Vec<raft::prelude::Entry>,
+);
 
 /// The log's identity, the membership at the saved state, the saved
 /// state's index and term, and the entries after it; or why the log
@@ -127,7 +136,10 @@ fn usable(
         return Err("--force-new-cluster starts a new cluster from the saved state".into());
     }
     if !log.trusted {
-        return Err(format!("it may miss what this member acknowledged: {}", log.notes.join("; ")));
+        return Err(format!(
+            "it may miss what this member acknowledged: {}",
+            log.notes.join("; ")
+        ));
     }
     let identity = log.identity.ok_or("it does not say whose it is")?;
     if identity.cluster_id != config.cluster_id() {
@@ -266,10 +278,25 @@ mod tests {
     fn a_log_that_cannot_be_trusted_is_set_aside_and_not_used() {
         let c = config();
         for (why, mode, reader_boot, saved) in [
-            ("another boot, buffered", WalMode::Buffered, "boot-2", Some((4, 2))),
+            (
+                "another boot, buffered",
+                WalMode::Buffered,
+                "boot-2",
+                Some((4, 2)),
+            ),
             ("--wal none now", WalMode::None, "boot-1", Some((4, 2))),
-            ("another term at the saved index", WalMode::Buffered, "boot-1", Some((4, 3))),
-            ("a saved state past the log's end", WalMode::Buffered, "boot-1", Some((20, 2))),
+            (
+                "another term at the saved index",
+                WalMode::Buffered,
+                "boot-1",
+                Some((4, 3)),
+            ),
+            (
+                "a saved state past the log's end",
+                WalMode::Buffered,
+                "boot-1",
+                Some((20, 2)),
+            ),
         ] {
             let dir = tempfile::tempdir().unwrap();
             let written = settings(dir.path(), WalMode::Buffered, "boot-1");

@@ -40,7 +40,9 @@ pub async fn write(node: &Node, snap: Snapshot) -> Result<(), String> {
         .map_err(|e| format!("the snapshot writer failed: {e}"))?
         .map_err(|e| format!("cannot write the cluster snapshot into {shown}: {e}"))?;
     match written {
-        Some(bytes) => tracing::info!(revision, raft_index = index, bytes, dir = %shown, "cluster state saved"),
+        Some(bytes) => {
+            tracing::info!(revision, raft_index = index, bytes, dir = %shown, "cluster state saved")
+        }
         None => tracing::debug!(raft_index = index, "a newer cluster state is saved already"),
     }
     Ok(())

@@ -44,8 +44,7 @@ mod writer;
 
 pub use crate::config::WalMode;
 pub use raft_log::{
-    raft_log_dir, recover_raft_log, Identity, KeptSegment, RaftLog, RaftLogStart,
-    RecoveredRaftLog,
+    raft_log_dir, recover_raft_log, Identity, KeptSegment, RaftLog, RaftLogStart, RecoveredRaftLog,
 };
 pub use recover::{recover, Recovered};
 pub use writer::{drop_covered, Release, Wal, WalMetrics, SEGMENT_BYTES};

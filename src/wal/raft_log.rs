@@ -18,9 +18,7 @@
 //! a segment written without syncing before this machine's last boot.
 
 use super::recover::walk;
-use super::segment::{
-    self, KIND_HARD_STATE, KIND_IDENTITY, KIND_RAFT_ENTRY, KIND_RAFT_SNAPSHOT,
-};
+use super::segment::{self, KIND_HARD_STATE, KIND_IDENTITY, KIND_RAFT_ENTRY, KIND_RAFT_SNAPSHOT};
 use super::writer::{create_segment, WalMetrics};
 use crate::config::WalMode;
 use protobuf::Message as _;
@@ -163,9 +161,7 @@ impl RaftLog {
     /// replaced: a later entry with an index already written wins).
     pub fn append(&mut self, entries: &[Entry]) {
         for entry in entries {
-            let bytes = entry
-                .write_to_bytes()
-                .expect("a raft entry always encodes");
+            let bytes = entry.write_to_bytes().expect("a raft entry always encodes");
             self.frame(KIND_RAFT_ENTRY, entry.index, &bytes);
         }
     }

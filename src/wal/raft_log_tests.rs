@@ -36,7 +36,10 @@ fn started(dir: &Path, mode: WalMode, boot: &str, segment_bytes: u64) -> RaftLog
             mode,
             boot_id: boot.into(),
             identity: ME,
-            hard_state: kept.as_ref().map(|k| k.hard_state.clone()).unwrap_or_default(),
+            hard_state: kept
+                .as_ref()
+                .map(|k| k.hard_state.clone())
+                .unwrap_or_default(),
             next_position: kept.as_ref().map_or(1, |k| k.next_position),
             kept: kept.map(|k| k.segments).unwrap_or_default(),
         },
@@ -135,7 +138,11 @@ fn a_torn_tail_is_cut_and_what_a_reboot_may_have_lost_is_not_trusted() {
     // Another boot: a buffered log may have lost what it acknowledged.
     let read = recover_raft_log(dir.path(), "boot-2").unwrap().unwrap();
     assert!(!read.trusted);
-    assert!(read.notes.iter().any(|n| n.contains("last boot")), "{:?}", read.notes);
+    assert!(
+        read.notes.iter().any(|n| n.contains("last boot")),
+        "{:?}",
+        read.notes
+    );
     // Synced on every write, it survives a reboot.
     let synced = tempfile::tempdir().unwrap();
     let mut log = started(synced.path(), WalMode::Fsync, "boot-1", 1 << 20);

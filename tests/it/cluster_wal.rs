@@ -26,9 +26,13 @@ fn args(root: &str) -> Vec<String> {
 }
 
 fn start(root: &str) -> EphdCluster {
+    start_n(3, root)
+}
+
+fn start_n(n: usize, root: &str) -> EphdCluster {
     let owned = args(root);
     let flags: Vec<&str> = owned.iter().map(String::as_str).collect();
-    EphdCluster::start(3, &flags)
+    EphdCluster::start(n, &flags)
 }
 
 /// Writers putting `w/<writer>/<n>` through the members in turn until
@@ -44,8 +48,8 @@ struct Load {
 impl Load {
     async fn start(cluster: &EphdCluster) -> Load {
         let mut clients = Vec::new();
-        for i in 0..3 {
-            clients.push(cluster.member(i).unwrap().client().await);
+        for (_, m) in cluster.running() {
+            clients.push(m.client().await);
         }
         let clients = Arc::new(std::sync::RwLock::new(clients));
         let stop = Arc::new(AtomicBool::new(false));
@@ -200,7 +204,10 @@ async fn members_killed_under_writes_come_back_under_their_ids_with_every_acknow
             "round {round}: the members are not the same"
         );
         let logs = cluster.logs();
-        assert!(!logs.contains("rejoin"), "round {round}: a member rejoined\n{logs}");
+        assert!(
+            !logs.contains("rejoin"),
+            "round {round}: a member rejoined\n{logs}"
+        );
     }
     let acked = load.finish().await;
     every_write_there(&cluster, &acked).await;
@@ -273,7 +280,12 @@ async fn a_member_stopped_with_sigterm_returns_under_its_id_and_one_without_its_
     let member_dir = format!("{root}/m{other}");
     for entry in std::fs::read_dir(&member_dir).unwrap() {
         let path = entry.unwrap().path();
-        if path.file_name().unwrap().to_string_lossy().starts_with("raft-log-") {
+        if path
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("raft-log-")
+        {
             std::fs::remove_dir_all(path).unwrap();
         }
     }
@@ -296,4 +308,35 @@ async fn a_member_stopped_with_sigterm_returns_under_its_id_and_one_without_its_
     }
     let rev = put(cluster.member(other).unwrap(), "after-rejoin", "1").await;
     same_everywhere(&cluster, rev).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_members_lose_two_at_once_under_writes_and_take_them_back_under_their_ids() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_str().unwrap().to_string();
+    let mut cluster = start_n(5, &root);
+    agreed_leader(&cluster, None).await;
+    let ids = voter_ids(&cluster, 0).await;
+    assert_eq!(ids.len(), 5);
+    let load = Load::start(&cluster).await;
+    load.progress(500, &cluster).await;
+    for round in 0..2 {
+        let (leader, _) = agreed_leader(&cluster, None).await;
+        let killed = [leader, (leader + 1 + round) % 5];
+        for &i in &killed {
+            cluster.kill(i);
+        }
+        // Three of five keep the majority: writes go on meanwhile.
+        load.progress(200, &cluster).await;
+        for &i in &killed {
+            cluster
+                .start_member(&format!("m{i}"), "new", Some(i))
+                .unwrap_or_else(|e| panic!("round {round}: m{i} did not start: {e}"));
+            load.reconnect(&cluster, i).await;
+        }
+        load.progress(200, &cluster).await;
+        assert_eq!(voter_ids(&cluster, killed[0]).await, ids, "round {round}");
+    }
+    let acked = load.finish().await;
+    every_write_there(&cluster, &acked).await;
 }
