@@ -1,26 +1,31 @@
 #!/usr/bin/env bash
-# How long a killed member takes to be a voter again, three-member ephd against three-member stock
+# How long killed members take to be voters again, three-member ephd against three-member stock
 # etcd, side by side on this machine.
 #
-# Each round SIGKILLs the current leader, waits RESTART_DELAY s and starts it again with the same
-# flags: etcd's member on its data dir (on tmpfs), ephd's without state (it rejoins by itself under
-# a new ID: old ID removed, added as a learner, caught up, promoted). The time measured runs from
-# the restart to the moment the restarted member serves a linearizable read (a learner refuses
-# them) and the member list it answers shows it as a started voter. Before each kill the cluster
+# Each round SIGKILLs the current leader (KILLED=2: and the next member, a majority), waits
+# RESTART_DELAY s and starts them again with the same flags: etcd's members on their data dirs (on
+# tmpfs); ephd's on theirs too (EPHD_STATE=data, the default: they restart from their Raft logs
+# under their own IDs) or without state (EPHD_STATE=memory: one rejoins by itself under a new ID:
+# old ID removed, added as a learner, caught up, promoted; a majority cannot come back that way).
+# The time measured runs from the restart to the moment every restarted member serves a
+# linearizable read (a learner refuses them) and the member list it answers shows it as a
+# started voter. Before each kill the cluster
 # is left STEADY s (etcd's health interval is 5 s). A light writer puts through the other members
 # throughout. The systems alternate round by round, each on a cluster of its own.
 #
 # Loopback only, ports of its own, etcd data dirs under /dev/shm (removed at the end), every wait
 # bounded, and on exit it stops only the processes it started.
 #
-# Environment: KILLS (20 per system), RESTART_DELAY (0.6), STEADY (6), WAIT_MAX (30 s for one
-#   member to come back), BUILD (1: cargo build --release first), EPHD (target/release/ephd),
+# Environment: KILLS (20 per system), KILLED (1 or 2 members per kill), EPHD_STATE (data or
+#   memory), RESTART_DELAY (0.6), STEADY (6), WAIT_MAX (30 s for the members to come back), BUILD (1: cargo build --release first), EPHD (target/release/ephd),
 #   ETCD (etcd 3.6 of scripts/install-references.sh), ETCDCTL (its etcdctl 3.6), OUT (stdout only; a file to copy the table to).
 # Output: one line per round (system, round, seconds), then the median and maximum per system.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 KILLS=${KILLS:-20}
+KILLED=${KILLED:-1}
+EPHD_STATE=${EPHD_STATE:-data}
 RESTART_DELAY=${RESTART_DELAY:-0.6}
 STEADY=${STEADY:-6}
 WAIT_MAX=${WAIT_MAX:-30}
@@ -95,7 +100,9 @@ start_member() { # system index state
       --initial-cluster-state "$3" --logger zap --log-outputs stderr --log-level warn \
       >>"$WORK/etcd$i.log" 2>&1 &
   else
-    "$EPHD" --name "ephd$i" --listen-client-urls "$url" --advertise-client-urls "$url" \
+    local state=()
+    [[ $EPHD_STATE == data ]] && state=(--data-dir "$DATA/ephd$i")
+    "$EPHD" --name "ephd$i" "${state[@]}" --listen-client-urls "$url" --advertise-client-urls "$url" \
       --listen-peer-urls "$peer" --initial-advertise-peer-urls "$peer" \
       --initial-cluster "$(initial ephd)" --initial-cluster-token rejoin-ephd \
       --initial-cluster-state "$3" --log-level warn >>"$WORK/ephd$i.log" 2>&1 &
@@ -150,25 +157,31 @@ until leader_of etcd >/dev/null && leader_of ephd >/dev/null; do
 done
 writer &
 WRITER=$!
-log "both clusters up; $KILLS kills each, restart after ${RESTART_DELAY}s"
+log "both clusters up; $KILLS kills of $KILLED member(s) each, restart after ${RESTART_DELAY}s (ephd: $EPHD_STATE)"
 
 declare -A TIMES=()
 for ((round = 0; round < KILLS; round++)); do
   for sys in etcd ephd; do
     sleep "$STEADY"
     leader=$(leader_of "$sys") || { echo "$sys: no leader before round $round" >&2; exit 1; }
-    kill -KILL "${PIDS[$sys$leader]}"
-    wait "${PIDS[$sys$leader]}" 2>/dev/null || true
+    killed=("$leader")
+    ((KILLED < 2)) || killed+=("$(((leader + 1) % 3))")
+    for i in "${killed[@]}"; do kill -KILL "${PIDS[$sys$i]}"; done
+    for i in "${killed[@]}"; do wait "${PIDS[$sys$i]}" 2>/dev/null || true; done
     sleep "$RESTART_DELAY"
     start=$(now_ms)
-    start_member "$sys" "$leader" "$([[ $sys == etcd ]] && echo existing || echo new)"
-    until voter_again "$sys" "$leader"; do
-      if (($(now_ms) - start > WAIT_MAX * 1000)); then
-        echo "$sys: member $leader not back within ${WAIT_MAX}s (round $round); logs in $WORK" >&2
-        trap - EXIT
-        exit 1
-      fi
-      sleep 0.02
+    for i in "${killed[@]}"; do
+      start_member "$sys" "$i" "$([[ $sys == etcd ]] && echo existing || echo new)"
+    done
+    for i in "${killed[@]}"; do
+      until voter_again "$sys" "$i"; do
+        if (($(now_ms) - start > WAIT_MAX * 1000)); then
+          echo "$sys: member $i not back within ${WAIT_MAX}s (round $round); logs in $WORK" >&2
+          trap - EXIT
+          exit 1
+        fi
+        sleep 0.02
+      done
     done
     took=$(($(now_ms) - start))
     TIMES[$sys]="${TIMES[$sys]:-} $took"
