@@ -32,7 +32,9 @@
 #   wait up to LOAD_WAIT s, checking every 30 s, for the 1-minute load to drop below LOAD_MAX before
 #   starting; BUILD (1): cargo build --release first; EPHD, EPHD_BENCH (default
 #   $CARGO_TARGET_DIR/release/... else target/release/...), ETCD (etcd 3.6 of scripts/install-references.sh), ETCDCTL (its etcdctl 3.6),
-#   EPHD_ARGS and ETCD_ARGS (extra server flags, unquoted), EPHD_ENV and ETCD_ENV ("NAME=value ..."
+#   EPHD_ARGS and ETCD_ARGS (extra server flags, unquoted), EPHD_DATA=1 (each ephd member of the
+#   three-member clusters gets a data dir of its own beside etcd's, so its Raft log is written in
+#   the --wal mode EPHD_ARGS gives), EPHD_ENV and ETCD_ENV ("NAME=value ..."
 #   set for the three-member clusters' processes only, not the single members: e.g.
 #   EPHD_ENV=TOKIO_WORKER_THREADS=1 ETCD_ENV=GOMAXPROCS=1), FO_EPHD_ARGS (extra ephd flags for the
 #   failover runs only), EPHD_LOG_LEVEL (warn), OUT_DIR (bench/results/cluster-<date>/<time>),
@@ -154,7 +156,9 @@ start_member() { # etcd|ephd index state tag
       --initial-cluster-state "$state" --quota-backend-bytes "$QUOTA" \
       --logger zap --log-outputs stderr --log-level warn ${ETCD_ARGS:-} >>"$WORK/$tag-e$i.log" 2>&1 &
   else
-    env ${EPHD_ENV:-} "$EPHD" --name "m$i" \
+    local state=()
+    [[ ${EPHD_DATA:-0} == 1 ]] && state=(--data-dir "$DATA/$tag-m$i")
+    env ${EPHD_ENV:-} "$EPHD" --name "m$i" "${state[@]}" \
       --listen-client-urls "$url" --advertise-client-urls "$url" \
       --listen-peer-urls "$peer" --initial-advertise-peer-urls "$peer" \
       --initial-cluster "$(initial_cluster m)" --initial-cluster-token "$SYS_TOKEN" \

@@ -196,14 +196,18 @@ impl Node {
             .map_err(|e| format!("raft settings: {e}"))?;
         let mut raw = RawNode::new(&raft_config, storage, &logger::logger())
             .map_err(|e| format!("cannot start raft: {e}"))?;
-        // As etcd (its initial election tick advance): a member starts one
-        // tick short of its election timeout, so members that start
-        // together (a restart of a majority) elect within a tick or two
-        // rather than a whole timeout. A member that starts beside a leader
-        // hears its heartbeat first, and pre-vote keeps an early campaign
-        // from disturbing a working leader.
-        for _ in 1..config.election_ticks() {
-            raw.tick();
+        // As etcd (its initial election tick advance): a member restarting
+        // from its log starts one tick short of its election timeout, so
+        // members that restart together (a majority) elect within a tick
+        // or two rather than a whole timeout. A member that starts beside
+        // a leader hears its heartbeat first, and pre-vote keeps an early
+        // campaign from disturbing a working leader. Not on a first start:
+        // the other members may still be answering probes on their peer
+        // URLs (`join.rs`), where a framed lane finds no framed server.
+        if boot.log.is_some() {
+            for _ in 1..config.election_ticks() {
+                raw.tick();
+            }
         }
         let (inbox, inputs) = queue::bounded(INBOX);
         let peers = Peers::start(
