@@ -156,9 +156,9 @@ start_member() { # etcd|ephd index state tag
       --initial-cluster-state "$state" --quota-backend-bytes "$QUOTA" \
       --logger zap --log-outputs stderr --log-level warn ${ETCD_ARGS:-} >>"$WORK/$tag-e$i.log" 2>&1 &
   else
-    local state=()
-    [[ ${EPHD_DATA:-0} == 1 ]] && state=(--data-dir "$DATA/$tag-m$i")
-    env ${EPHD_ENV:-} "$EPHD" --name "m$i" "${state[@]}" \
+    local data_dir=()
+    [[ ${EPHD_DATA:-0} == 1 ]] && data_dir=(--data-dir "$DATA/$tag-m$i")
+    env ${EPHD_ENV:-} "$EPHD" --name "m$i" "${data_dir[@]}" \
       --listen-client-urls "$url" --advertise-client-urls "$url" \
       --listen-peer-urls "$peer" --initial-advertise-peer-urls "$peer" \
       --initial-cluster "$(initial_cluster m)" --initial-cluster-token "$SYS_TOKEN" \

@@ -100,9 +100,9 @@ start_member() { # system index state
       --initial-cluster-state "$3" --logger zap --log-outputs stderr --log-level warn \
       >>"$WORK/etcd$i.log" 2>&1 &
   else
-    local state=()
-    [[ $EPHD_STATE == data ]] && state=(--data-dir "$DATA/ephd$i")
-    "$EPHD" --name "ephd$i" "${state[@]}" --listen-client-urls "$url" --advertise-client-urls "$url" \
+    local data_dir=()
+    [[ $EPHD_STATE == data ]] && data_dir=(--data-dir "$DATA/ephd$i")
+    "$EPHD" --name "ephd$i" "${data_dir[@]}" --listen-client-urls "$url" --advertise-client-urls "$url" \
       --listen-peer-urls "$peer" --initial-advertise-peer-urls "$peer" \
       --initial-cluster "$(initial ephd)" --initial-cluster-token rejoin-ephd \
       --initial-cluster-state "$3" --log-level warn >>"$WORK/ephd$i.log" 2>&1 &
