@@ -131,9 +131,11 @@ fn start_log(
     let mut log = log;
     if boot.log.is_none() && base > 0 {
         // The log starts after the state it was resumed from.
-        let mut meta = raft::prelude::SnapshotMetadata::default();
-        meta.index = base;
-        meta.term = term;
+        let meta = raft::prelude::SnapshotMetadata {
+            index: base,
+            term,
+            ..Default::default()
+        };
         log.installed(&meta);
         log.flush();
     }

@@ -200,10 +200,12 @@ mod tests {
 
     /// A log of `config`'s member with entries 1..=last in term 2.
     fn write_log(s: &LogSettings, c: &ClusterConfig, last: u64) {
-        let mut hs = HardState::default();
-        hs.term = 2;
-        hs.vote = c.member_id();
-        hs.commit = last;
+        let hs = HardState {
+            term: 2,
+            vote: c.member_id(),
+            commit: last,
+            ..Default::default()
+        };
         let mut log = RaftLog::start(
             RaftLogStart {
                 dir: s.dir.clone(),
@@ -221,11 +223,10 @@ mod tests {
         )
         .unwrap();
         let entries: Vec<Entry> = (1..=last)
-            .map(|index| {
-                let mut e = Entry::default();
-                e.index = index;
-                e.term = 2;
-                e
+            .map(|index| Entry {
+                index,
+                term: 2,
+                ..Default::default()
             })
             .collect();
         log.append(&entries);

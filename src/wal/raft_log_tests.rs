@@ -13,19 +13,21 @@ const ME: Identity = Identity {
 };
 
 fn entry(index: u64, term: u64, data: &[u8]) -> Entry {
-    let mut e = Entry::default();
-    e.index = index;
-    e.term = term;
-    e.data = data.to_vec().into();
-    e
+    Entry {
+        index,
+        term,
+        data: data.to_vec().into(),
+        ..Default::default()
+    }
 }
 
 fn hard_state(term: u64, vote: u64, commit: u64) -> HardState {
-    let mut hs = HardState::default();
-    hs.term = term;
-    hs.vote = vote;
-    hs.commit = commit;
-    hs
+    HardState {
+        term,
+        vote,
+        commit,
+        ..Default::default()
+    }
 }
 
 fn started(dir: &Path, mode: WalMode, boot: &str, segment_bytes: u64) -> RaftLog {
@@ -88,9 +90,11 @@ fn an_installed_snapshot_replaces_the_entries_before_it() {
     let dir = tempfile::tempdir().unwrap();
     let mut log = started(dir.path(), WalMode::Buffered, "boot-1", 1 << 20);
     log.append(&[entry(1, 1, b"a"), entry(2, 1, b"b")]);
-    let mut meta = SnapshotMetadata::default();
-    meta.index = 10;
-    meta.term = 3;
+    let meta = SnapshotMetadata {
+        index: 10,
+        term: 3,
+        ..Default::default()
+    };
     log.installed(&meta);
     log.append(&[entry(11, 3, b"k")]);
     log.hard_state(&hard_state(3, 0, 11));

@@ -2,8 +2,9 @@
 //! data dir): members killed with SIGKILL under writes, one, two or all
 //! three at once, come back under their own IDs with their votes and
 //! entries, and the cluster goes on by itself with every acknowledged
-//! write; a member stopped with SIGTERM comes back under its own ID; a
-//! member whose log is gone takes the rejoin path instead.
+//! write (five members losing two at once too); a member stopped with
+//! SIGTERM comes back under its own ID; a member whose log is gone takes
+//! the rejoin path instead.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
