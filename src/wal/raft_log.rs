@@ -19,16 +19,15 @@
 
 use super::recover::walk;
 use super::segment::{self, KIND_HARD_STATE, KIND_IDENTITY, KIND_RAFT_ENTRY, KIND_RAFT_SNAPSHOT};
-use super::writer::{create_segment, WalMetrics};
+use super::writer::{create_segment, write_until_in, Segment, WalMetrics};
 use crate::config::WalMode;
 use protobuf::Message as _;
 use raft::prelude::{Entry, HardState, SnapshotMetadata};
 use std::fs::File;
-use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Whose log it is: a member's entries and votes are its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -220,43 +219,14 @@ impl RaftLog {
     }
 
     fn write_buffered(&mut self, sync: bool) {
-        let mut warned: Option<Instant> = None;
-        loop {
-            let started = Instant::now();
-            let result = self.file.write_all(&self.buf).and_then(|()| {
-                if sync {
-                    self.file.sync_data()
-                } else {
-                    Ok(())
-                }
-            });
-            match result {
-                Ok(()) => {
-                    if let Some(m) = self.metrics.get() {
-                        if sync {
-                            m.sync_seconds.observe(started.elapsed().as_secs_f64());
-                        }
-                        m.written_bytes.inc_by(self.buf.len() as u64);
-                    }
-                    self.file_len += self.buf.len() as u64;
-                    self.buf.clear();
-                    return;
-                }
-                Err(e) => {
-                    if warned.is_none_or(|t| t.elapsed() > Duration::from_secs(10)) {
-                        tracing::error!(
-                            dir = %self.dir.display(),
-                            error = %e,
-                            "cannot write the raft log; this member waits until it can"
-                        );
-                        warned = Some(Instant::now());
-                    }
-                    std::thread::sleep(Duration::from_millis(100));
-                    let _ = self.file.set_len(self.file_len);
-                    let _ = self.file.seek(SeekFrom::Start(self.file_len));
-                }
-            }
-        }
+        let segment = Segment {
+            file: &mut self.file,
+            len: self.file_len,
+            dir: &self.dir,
+        };
+        write_until_in(segment, &self.buf, sync, self.metrics.get());
+        self.file_len += self.buf.len() as u64;
+        self.buf.clear();
     }
 
     /// Closes the current segment and starts the next one; removes the

@@ -282,48 +282,19 @@ impl Writer {
         }
     }
 
-    /// Writes `buf` (and syncs it in `fsync` mode), retrying until it is
-    /// in: nothing is acknowledged meanwhile, so a full or failing disk
-    /// stalls writes rather than losing them.
+    /// Writes `buf` (and syncs it in `fsync` mode) until it is in.
     fn persist(&mut self, buf: &[u8]) {
-        let mut warned: Option<Instant> = None;
-        loop {
-            let metrics = self.shared.metrics.get();
-            let result = self.file.write_all(buf).and_then(|()| match self.mode {
-                WalMode::Fsync => {
-                    let started = Instant::now();
-                    let synced = self.file.sync_data();
-                    if let Some(m) = metrics {
-                        m.sync_seconds.observe(started.elapsed().as_secs_f64());
-                    }
-                    synced
-                }
-                _ => Ok(()),
-            });
-            match result {
-                Ok(()) => {
-                    if let Some(m) = metrics {
-                        m.written_bytes.inc_by(buf.len() as u64);
-                    }
-                    return;
-                }
-                Err(e) => {
-                    if warned.is_none_or(|t| t.elapsed() > Duration::from_secs(10)) {
-                        tracing::error!(
-                            dir = %self.dir.display(),
-                            error = %e,
-                            "cannot write the write-ahead log; writes wait until it can"
-                        );
-                        warned = Some(Instant::now());
-                    }
-                    std::thread::sleep(Duration::from_millis(100));
-                    // A partial write leaves a torn record: cut it off and
-                    // write the batch again where it started.
-                    let _ = self.file.set_len(self.file_len);
-                    let _ = self.file.seek(SeekFrom::Start(self.file_len));
-                }
-            }
-        }
+        let segment = Segment {
+            file: &mut self.file,
+            len: self.file_len,
+            dir: &self.dir,
+        };
+        write_until_in(
+            segment,
+            buf,
+            self.mode == WalMode::Fsync,
+            self.shared.metrics.get(),
+        );
     }
 
     fn rotate(&mut self, first: u64) {
@@ -342,6 +313,62 @@ impl Writer {
                     tracing::error!(error = %e, "cannot start a new write-ahead log segment");
                     std::thread::sleep(Duration::from_millis(100));
                 }
+            }
+        }
+    }
+}
+
+/// The open segment being appended to: its file, its length so far, and
+/// the log's directory (for messages).
+pub(super) struct Segment<'a> {
+    pub file: &'a mut File,
+    pub len: u64,
+    pub dir: &'a Path,
+}
+
+/// Appends `buf` to `segment` (syncing it when `sync`), retrying until it
+/// is in: nothing is acknowledged meanwhile, so a full or failing disk
+/// stalls writes rather than losing them. A failed attempt is cut off
+/// the file (a torn record) before the next.
+pub(super) fn write_until_in(
+    segment: Segment<'_>,
+    buf: &[u8],
+    sync: bool,
+    metrics: Option<&WalMetrics>,
+) {
+    let Segment { file, len, dir } = segment;
+    let mut warned: Option<Instant> = None;
+    loop {
+        let result = file.write_all(buf).and_then(|()| {
+            if !sync {
+                return Ok(());
+            }
+            let started = Instant::now();
+            let synced = file.sync_data();
+            if let Some(m) = metrics {
+                m.sync_seconds.observe(started.elapsed().as_secs_f64());
+            }
+            synced
+        });
+        match result {
+            Ok(()) => {
+                if let Some(m) = metrics {
+                    m.written_bytes.inc_by(buf.len() as u64);
+                }
+                return;
+            }
+            Err(e) => {
+                if warned.is_none_or(|t| t.elapsed() > Duration::from_secs(10)) {
+                    tracing::error!(
+                        dir = %dir.display(),
+                        error = %e,
+                        "cannot write the write-ahead log; writes wait until it can"
+                    );
+                    warned = Some(Instant::now());
+                }
+                std::thread::sleep(Duration::from_millis(100));
+                let _ = file.set_len(len);
+                let _ = file.seek(SeekFrom::Start(len));
             }
         }
     }
