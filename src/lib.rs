@@ -46,6 +46,7 @@ pub mod concurrency;
 pub mod config;
 mod der;
 pub mod embed;
+pub mod entry_bytes;
 pub mod error;
 pub mod gateway;
 pub mod grpc_status;

@@ -1,7 +1,7 @@
 //! etcd's wire requests ⇄ the store core's requests. The gRPC services
 //! convert what clients send with these (`api/convert.rs` re-exports them),
 //! and cluster mode uses both directions for the Raft log
-//! (`cluster/entry.rs`), so a replicated request means exactly what the
+//! (`entry_bytes/`), so a replicated request means exactly what the
 //! same request means when one member serves it. Bytes are shared, never
 //! copied.
 

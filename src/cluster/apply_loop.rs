@@ -30,7 +30,6 @@
 //! thread before: the queue closes and waiting requests time out.
 
 use super::catchup::{self, Work};
-use super::entry;
 use super::entry_weight;
 use super::initial_gate::InitialGate;
 use super::input::Input;
@@ -40,6 +39,7 @@ use super::saved;
 use super::sections;
 use super::status::RaftStatus;
 use super::waiters::Waiters;
+use crate::entry_bytes as entry;
 use crate::error::{Error, Result};
 use crate::mvcc::{Applied, Store};
 use bytes::Bytes;

@@ -4,13 +4,13 @@
 
 use super::apply_loop::{small, Applier, ApplyCore};
 use super::catchup::Work;
-use super::entry;
 use super::initial_gate::InitialGate;
 use super::initial_gate_tests::alone;
 use super::members::Members;
 use super::queue::{self, Sender};
 use super::status::RaftStatus;
 use super::waiters::Waiters;
+use crate::entry_bytes as entry;
 use crate::mvcc::{Applied, DeleteRequest, Entry, PutRequest, RangeRequest, Store, StoreConfig};
 use bytes::Bytes;
 use parking_lot::Mutex;

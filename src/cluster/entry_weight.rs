@@ -101,9 +101,9 @@ fn op_light(op: &Op) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::super::entry::encode;
     use super::*;
     use crate::auth::AuthInfo;
+    use crate::entry_bytes::encode;
     use crate::mvcc::{DeleteRequest, Entry, PutRequest, RangeRequest, RequestOp, TxnRequest};
 
     fn b(s: &str) -> Bytes {

@@ -20,8 +20,7 @@
 //! * `queue.rs`: the channels into the Raft and apply threads (park at
 //!   once, take everything queued in one lock); `waiters.rs`: requests
 //!   waiting for their answer, woken per applied batch.
-//! * `entry.rs`: a store entry as the bytes of a log entry
-//!   (`auth_change.rs`: an auth change's part).
+//! * `crate::entry_bytes`: a store entry as the bytes of a log entry.
 //! * `catchup.rs` (with `mvcc::snapshot`): the bounded log, and snapshots of the
 //!   whole store for followers behind it; `snapshot_send.rs` and
 //!   `snapshot_recv.rs`: a snapshot's data sent to a peer in chunks.
@@ -47,10 +46,8 @@
 mod apply_loop;
 #[cfg(test)]
 mod apply_loop_tests;
-mod auth_change;
 mod authorized;
 mod catchup;
-pub mod entry;
 mod entry_weight;
 mod force;
 pub mod frames;

@@ -16,7 +16,6 @@
 
 use super::apply_loop::{Applier, ApplyCore};
 use super::catchup::{CatchUp, LogStore};
-use super::entry;
 use super::initial_gate::{InitialGate, WritesWaitFor};
 use super::input::Input;
 use super::logger;
@@ -30,6 +29,7 @@ use super::status::RaftStatus;
 use super::timeouts;
 use super::waiters::Waiters;
 use crate::config::ClusterConfig;
+use crate::entry_bytes as entry;
 use crate::error::{Error, Result};
 use crate::mvcc::{Applied, Entry, Store};
 use crate::wal::{Identity, RaftLog, RaftLogStart};

@@ -23,6 +23,9 @@ use std::path::{Path, PathBuf};
 /// Where a member's Raft log is written and how.
 #[derive(Debug, Clone)]
 pub struct LogSettings {
+    /// The cluster whose log it is: the one `--initial-cluster` gives, or
+    /// for a member that joined a running cluster, the one its files name.
+    pub cluster_id: u64,
     /// The log's directory (`wal::raft_log_dir`).
     pub dir: PathBuf,
     /// `--wal`.
@@ -142,11 +145,10 @@ fn usable(
         ));
     }
     let identity = log.identity.ok_or("it does not say whose it is")?;
-    if identity.cluster_id != config.cluster_id() {
+    if identity.cluster_id != settings.cluster_id {
         return Err(format!(
             "it belongs to cluster {:x}, not {:x}",
-            identity.cluster_id,
-            config.cluster_id()
+            identity.cluster_id, settings.cluster_id
         ));
     }
     let (base, membership) = match saved {
@@ -192,6 +194,7 @@ mod tests {
 
     fn settings(dir: &Path, mode: WalMode, boot: &str) -> LogSettings {
         LogSettings {
+            cluster_id: config().cluster_id(),
             dir: dir.join("raft-log"),
             mode,
             boot_id: boot.into(),
@@ -327,9 +330,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let s = settings(dir.path(), WalMode::Buffered, "boot-1");
         write_log(&s, &c, 3);
-        let mut other = c.clone();
-        other.token = "another".into();
-        assert!(from_log(&other, &s, None, vec![]).unwrap().is_none());
+        let other = LogSettings {
+            cluster_id: c.cluster_id() ^ 1,
+            ..s.clone()
+        };
+        assert!(from_log(&c, &other, None, vec![]).unwrap().is_none());
         // No log at all: nothing to restart from, nothing moved.
         let empty = tempfile::tempdir().unwrap();
         let s = settings(empty.path(), WalMode::Buffered, "boot-1");

@@ -506,11 +506,50 @@ pub(super) fn build_cluster_store(config: &Config, member_id: u64, bounds: Space
 }
 
 /// Cluster mode with `--data-dir`: this member's saved state, if any
-/// (`cluster/saved.rs`).
+/// (`cluster/saved.rs`), of the cluster its files belong to
+/// ([`files_cluster_id`]).
 pub(super) fn load_saved(config: &Config) -> Result<Option<Saved>, String> {
     match (&config.cluster, &config.data_dir) {
-        (Some(c), Some(dir)) => crate::cluster::saved::load(dir, c.cluster_id()),
+        (Some(_), Some(dir)) => crate::cluster::saved::load(dir, files_cluster_id(config)?),
         _ => Ok(None),
+    }
+}
+
+/// The cluster ID a member's files are named by: the one its
+/// `--initial-cluster` gives; but a member that joined a running cluster
+/// (`--initial-cluster-state existing`) got the running cluster's ID,
+/// which its `--initial-cluster` (which names it too) does not give, so
+/// its files are found by their name: the one Raft log directory in its
+/// data dir. `None` outside cluster mode.
+fn files_cluster_id(config: &Config) -> Result<u64, String> {
+    let (Some(c), Some(dir)) = (&config.cluster, &config.data_dir) else {
+        return Ok(0);
+    };
+    if !c.existing {
+        return Ok(c.cluster_id());
+    }
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(c.cluster_id()),
+        Err(e) => return Err(format!("cannot read --data-dir {}: {e}", dir.display())),
+    };
+    let ids: Vec<u64> = entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let hex = name.strip_prefix("raft-log-")?;
+            (hex.len() == 16).then(|| u64::from_str_radix(hex, 16).ok())?
+        })
+        .collect();
+    match ids[..] {
+        [id] => Ok(id),
+        [] => Ok(c.cluster_id()),
+        _ => Err(format!(
+            "--data-dir {} holds the raft logs of {} clusters; keep the one this member \
+             belongs to",
+            dir.display(),
+            ids.len()
+        )),
     }
 }
 
@@ -520,8 +559,10 @@ pub(super) fn raft_log_settings(config: &Config) -> Option<crate::cluster::resta
     let (Some(c), Some(dir)) = (&config.cluster, &config.data_dir) else {
         return None;
     };
+    let cluster_id = files_cluster_id(config).unwrap_or_else(|_| c.cluster_id());
     Some(crate::cluster::restart::LogSettings {
-        dir: crate::wal::raft_log_dir(dir, c.cluster_id()),
+        cluster_id,
+        dir: crate::wal::raft_log_dir(dir, cluster_id),
         mode: config.wal_mode(),
         boot_id: crate::wal::boot_id(),
     })
@@ -545,13 +586,22 @@ pub(super) fn cluster_disk(
         .map(|_| boot.resume.map_or(0, |(index, _)| index));
     Some(crate::cluster::restart::Disk {
         files: std::sync::Arc::new(crate::cluster::saved::SavedFiles::new(
-            dir,
+            dir.clone(),
             boot.cluster_id,
             newest,
         )),
+        // Named by the cluster the member runs in (a joined member's is
+        // not the one its --initial-cluster gives).
         log: settings
             .filter(|s| s.mode != crate::wal::WalMode::None)
-            .map(|s| (s, earlier)),
+            .map(|s| {
+                let s = crate::cluster::restart::LogSettings {
+                    cluster_id: boot.cluster_id,
+                    dir: crate::wal::raft_log_dir(&dir, boot.cluster_id),
+                    ..s
+                };
+                (s, earlier)
+            }),
     })
 }
 

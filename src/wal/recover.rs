@@ -196,7 +196,7 @@ fn decode(record: &segment::Record) -> Result<Replayed, String> {
         KIND_WRITE => crate::proto::nesting::decode_txn(payload)
             .map(|txn| Replayed::Write(crate::wire::txn_request(txn)))
             .map_err(|e| format!("undecodable txn: {e:?}")),
-        KIND_ENTRY => crate::cluster::entry::decode(payload).map(|p| Replayed::Entry(p.entry)),
+        KIND_ENTRY => crate::entry_bytes::decode(payload).map(|p| Replayed::Entry(p.entry)),
         kind => Err(format!("unknown kind {kind}")),
     }
 }

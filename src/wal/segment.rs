@@ -8,7 +8,7 @@
 //! The header's body is `[0][first position: u64][mode: u8][boot id]`; a
 //! record's is `[kind: u8][position: u64][revision: i64][payload]`, kinds
 //! 1 (a keyed write: etcd's TxnRequest message), 2 (an entry: the Raft log
-//! entry format, `cluster/entry.rs`) and 3 (an empty revision); revision 0
+//! entry format, `entry_bytes/`) and 3 (an empty revision); revision 0
 //! when the change took none. A cluster member's Raft log (`raft_log.rs`)
 //! uses kinds 4 (a Raft entry; the revision field holds its index), 5
 //! (Raft's hard state), 6 (a snapshot installed from the leader: its

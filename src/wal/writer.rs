@@ -141,7 +141,7 @@ impl Journal for Wal {
             }
             Change::Entry(entry) => {
                 let mut out = vec![KIND_ENTRY];
-                out.extend_from_slice(&crate::cluster::entry::encode(0, 0, 0, entry.clone()));
+                out.extend_from_slice(&crate::entry_bytes::encode(0, 0, 0, entry.clone()));
                 out
             }
             Change::Empty => vec![KIND_EMPTY],

@@ -2,7 +2,8 @@
 //! data dir): members killed with SIGKILL under writes, one, two or all
 //! three at once, come back under their own IDs with their votes and
 //! entries, and the cluster goes on by itself with every acknowledged
-//! write (five members losing two at once too); a member stopped with
+//! write (five members losing two at once too, and a member added just
+//! before the crash); a member stopped with
 //! SIGTERM comes back under its own ID; a member whose log is gone takes
 //! the rejoin path instead.
 
@@ -11,8 +12,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use ephd::proto::etcdserverpb::cluster_client::ClusterClient;
+
 use crate::cluster::{agreed_leader, put, same_everywhere, SETTLE, TIMING};
-use crate::cluster_members::members;
+use crate::cluster_members::{add, caught_up, members};
 use crate::harness::{EphdCluster, Server};
 
 /// Concurrent writers: enough to keep thousands of writes a second in
@@ -340,4 +343,40 @@ async fn five_members_lose_two_at_once_under_writes_and_take_them_back_under_the
     }
     let acked = load.finish().await;
     every_write_there(&cluster, &acked).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_added_just_before_a_crash_comes_back_from_its_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_str().unwrap().to_string();
+    let mut cluster = start(&root);
+    let (leader, _) = agreed_leader(&cluster, None).await;
+    let before = put(cluster.member(leader).unwrap(), "before", "1").await;
+    let peer = crate::harness::free_port();
+    let c = ClusterClient::new(cluster.member(leader).unwrap().channel().await);
+    let added = add(&c, &format!("http://127.0.0.1:{peer}"), false)
+        .await
+        .unwrap_or_else(|s| panic!("member add: {s:?}"));
+    let j = cluster
+        .start_joining("m3", peer)
+        .unwrap_or_else(|e| panic!("join: {e}"));
+    caught_up(cluster.member(j).unwrap(), "before", before).await;
+    let ids = voter_ids(&cluster, leader).await;
+    assert_eq!(ids.len(), 4);
+    // The new member and another go down at once, before any periodic
+    // save: two of four, so the others cannot write until one is back.
+    let other = (leader + 1) % 3;
+    cluster.kill(j);
+    cluster.kill(other);
+    cluster
+        .start_member("m3", "existing", Some(j))
+        .unwrap_or_else(|e| panic!("the added member did not start again: {e}"));
+    cluster
+        .start_member(&format!("m{other}"), "new", Some(other))
+        .unwrap_or_else(|e| panic!("m{other} did not start again: {e}"));
+    let back = cluster.member(j).unwrap();
+    let rev = put(back, "after", "1").await;
+    assert_eq!(voter_ids(&cluster, j).await, ids);
+    assert!(ids.contains(&added.id));
+    same_everywhere(&cluster, rev).await;
 }

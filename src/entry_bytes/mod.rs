@@ -1,4 +1,5 @@
-//! A store [`Entry`] as the bytes of a Raft log entry, and back.
+//! A store [`Entry`] as the bytes of a log entry (a Raft entry, a record of
+//! the write-ahead log), and back.
 //!
 //! The bytes are an `ephd.internal.RaftEntry` (`proto/ephd/raft_entry.proto`),
 //! which wraps etcd's own request messages. Decoding uses the same wire →
@@ -8,7 +9,8 @@
 //! decoded with the bounded-depth decoder the KV service uses, because a
 //! txn may nest deeper than prost's recursion limit.
 
-use super::auth_change;
+mod auth_change;
+
 use crate::auth::AuthInfo;
 use crate::mvcc::{AlarmAction, Entry};
 use crate::proto::ephd::internal::{
