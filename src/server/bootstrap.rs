@@ -515,19 +515,17 @@ pub(super) fn load_saved(config: &Config) -> Result<Option<Saved>, String> {
     }
 }
 
-/// The cluster ID a member's files are named by: the one its
-/// `--initial-cluster` gives; but a member that joined a running cluster
-/// (`--initial-cluster-state existing`) got the running cluster's ID,
-/// which its `--initial-cluster` (which names it too) does not give, so
-/// its files are found by their name: the one Raft log directory in its
-/// data dir. `None` outside cluster mode.
+/// The cluster ID a member's files are named by: the cluster its Raft log
+/// directory names, when its data dir holds one, as etcd takes its
+/// cluster from its data dir and not from `--initial-cluster` (a member
+/// that joined a running cluster got that cluster's ID, which its
+/// `--initial-cluster` does not give; nor does an `--initial-cluster`
+/// that has since been made to list an added member); otherwise the one
+/// `--initial-cluster` gives. 0 outside cluster mode.
 fn files_cluster_id(config: &Config) -> Result<u64, String> {
     let (Some(c), Some(dir)) = (&config.cluster, &config.data_dir) else {
         return Ok(0);
     };
-    if !c.existing {
-        return Ok(c.cluster_id());
-    }
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(c.cluster_id()),
