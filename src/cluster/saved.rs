@@ -148,11 +148,6 @@ impl SavedFiles {
         &self.dir
     }
 
-    /// Whether a file was written or read in this run.
-    pub fn any(&self) -> bool {
-        self.written.lock().0.is_some()
-    }
-
     /// Reports the covered index to `covered` from now on.
     pub(super) fn report_covered_to(&self, covered: std::sync::Arc<std::sync::atomic::AtomicU64>) {
         let _ = self.covered.set(covered);
@@ -196,6 +191,7 @@ pub fn file_name(cluster_id: u64) -> String {
 /// Writes `snap` as cluster `cluster_id`'s saved state in `dir`
 /// (temporary file, fsync, rename, directory fsync; the replaced file
 /// kept as `.prev`). Returns the number of bytes written.
+#[cfg(test)]
 pub fn write(dir: &Path, cluster_id: u64, snap: &Snapshot) -> io::Result<u64> {
     let files = SavedFiles::new(dir.to_path_buf(), cluster_id, None);
     Ok(files.write(snap)?.unwrap_or(0))

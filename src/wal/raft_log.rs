@@ -151,11 +151,6 @@ impl RaftLog {
         self.metrics.clone()
     }
 
-    /// The member the log belongs to.
-    pub fn identity(&self) -> Identity {
-        self.identity
-    }
-
     /// Queues entries appended to Raft's log (a conflicting suffix is
     /// replaced: a later entry with an index already written wins).
     pub fn append(&mut self, entries: &[Entry]) {
