@@ -19,9 +19,9 @@ pub(super) enum Input {
     /// Hand leadership to this member, or to the most caught-up voter
     /// (see `leadership.rs`).
     TransferLeader(Option<u64>),
-    /// The leader this member follows restarted without its state (it
-    /// probed this member while starting): an election may start at once
-    /// (`transfer.rs`).
+    /// The leader this member follows restarted (it probed this member
+    /// while starting) or its process ended (`sender.rs`): an election may
+    /// start at once (`transfer.rs`).
     LeaderGone(u64),
     /// The apply thread's snapshot at `index` is encoded (`catchup.rs`).
     SnapshotBuilt { index: u64, term: u64, data: Bytes },

@@ -16,7 +16,11 @@
 //!   it stops serving (etcd picks its longest-connected peer), so the others
 //!   need not wait an election timeout to notice it is gone.
 //! * A request with `hasleader: true` on a member without a leader fails at
-//!   once with `etcdserver: no leader` ([`RequireLeaderLayer`]); an open
+//!   once with `etcdserver: no leader` ([`RequireLeaderLayer`]), unless an
+//!   election that should end within an election timeout is under way
+//!   (the leader's process ended and a peer campaigns at once): then it
+//!   waits for that election's outcome, as an etcd member would still take
+//!   it while it believes in the old leader; an open
 //!   Watch or LeaseKeepAlive stream with it ends with that error once the
 //!   member has been without a leader for three election timeouts
 //!   ([`leader_lost`]), so the client moves to another member.
@@ -27,7 +31,7 @@ use super::input::Input;
 use super::node::Node;
 use super::status::RaftStatus;
 use crate::error::Error;
-use futures::future::{Either, Ready};
+use futures::future::{BoxFuture, Either};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -272,11 +276,17 @@ pub struct RequireLeader<S> {
 
 impl<S, B> tower::Service<http::Request<B>> for RequireLeader<S>
 where
-    S: tower::Service<http::Request<B>, Response = http::Response<tonic::body::Body>>,
+    S: tower::Service<http::Request<B>, Response = http::Response<tonic::body::Body>>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    B: Send + 'static,
 {
     type Response = http::Response<tonic::body::Body>;
     type Error = S::Error;
-    type Future = Either<S::Future, Ready<Result<Self::Response, S::Error>>>;
+    type Future = Either<S::Future, BoxFuture<'static, Result<Self::Response, S::Error>>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -287,20 +297,44 @@ where
             return Either::Left(self.inner.call(req));
         };
         // etcd's order: a learner's refusal first, then `hasleader`.
-        let refusal = if super::learner::refuses(req.uri().path()) && node.is_learner() {
-            Some(super::learner::refusal())
-        } else if node.status().leader().is_none() && requires_leader(req.headers()) {
-            Some(Lost::status())
-        } else {
-            None
-        };
-        match refusal {
-            Some(s) => Either::Right(futures::future::ready(Ok(
-                s.into_http::<tonic::body::Body>()
-            ))),
-            None => Either::Left(self.inner.call(req)),
+        if super::learner::refuses(req.uri().path()) && node.is_learner() {
+            return Either::Right(refuse(super::learner::refusal()));
         }
+        if node.status().leader().is_some() || !requires_leader(req.headers()) {
+            return Either::Left(self.inner.call(req));
+        }
+        let Some(ends_by) = node.status().election_ends_by() else {
+            return Either::Right(refuse(Lost::status()));
+        };
+        // An election under way (a leader's process just ended, and a peer
+        // campaigns at once): an etcd member would still believe in the
+        // old leader for an election timeout and take the call, so the
+        // call waits for the election's outcome rather than failing a
+        // client that is only moving off the old leader.
+        let node = node.clone();
+        let ready = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, ready);
+        Either::Right(Box::pin(async move {
+            let deadline = tokio::time::Instant::from_std(ends_by);
+            match node
+                .status()
+                .wait_for_leader(deadline, Error::NoLeader)
+                .await
+            {
+                Ok(()) => inner.call(req).await,
+                Err(_) => Ok(Lost::status().into_http::<tonic::body::Body>()),
+            }
+        }))
     }
+}
+
+/// A refusal answered at once.
+fn refuse<E: Send + 'static>(
+    status: Status,
+) -> BoxFuture<'static, Result<http::Response<tonic::body::Body>, E>> {
+    Box::pin(futures::future::ready(Ok(
+        status.into_http::<tonic::body::Body>()
+    )))
 }
 
 #[cfg(test)]

@@ -226,6 +226,7 @@ impl Node {
         status.applied.store(base, Ordering::Relaxed);
         let applied = Arc::new(watch::channel(base).0);
         let bell = inputs.bell();
+        let led_term = raw.raft.term;
         let raft_loop = RaftLoop {
             raw,
             inputs,
@@ -245,6 +246,7 @@ impl Node {
             held: Vec::new(),
             log,
             files: files.clone(),
+            led_term,
         };
         let leases = super::lease_state::LeaseForward::new(id, members.clone(), store.clone());
         // A resumed store is past its initial revision (`saved.rs`), and

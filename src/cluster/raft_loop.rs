@@ -209,6 +209,8 @@ pub(super) struct RaftLoop {
     /// The saved state's files, where a snapshot from the leader is
     /// written before the log records it.
     pub(super) files: Option<Arc<super::saved::SavedFiles>>,
+    /// The term of the last leader this member knew.
+    pub(super) led_term: u64,
 }
 
 impl RaftLoop {
@@ -405,13 +407,25 @@ impl RaftLoop {
         }
     }
 
-    fn publish(&self) {
+    fn publish(&mut self) {
         let raft = &self.raw.raft;
         let before = self.status.set_leader(raft.leader_id);
         if raft.leader_id == raft.id && before != raft.id {
             *self.status.leader_elected.lock() = Some(std::time::Instant::now());
         }
         self.status.term.store(raft.term, Ordering::Relaxed);
+        if raft.leader_id != 0 {
+            self.led_term = raft.term;
+        }
+        let election = super::status::ElectionUnderway::of(
+            raft.leader_id,
+            raft.state,
+            raft.term,
+            self.led_term,
+        );
+        let timeout = self.tick * raft.election_timeout() as u32;
+        self.status
+            .set_election(election, std::time::Instant::now(), timeout);
         self.status
             .is_leader
             .store(raft.state == StateRole::Leader, Ordering::Relaxed);

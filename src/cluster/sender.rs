@@ -522,6 +522,11 @@ impl LaneState<'_> {
             }
             Err(e) => {
                 self.health.failed(*id);
+                if process_gone(&e) {
+                    // If it led, the lowest surviving voter campaigns now
+                    // rather than after an election timeout.
+                    let _ = self.to.inbox.try_send(Input::LeaderGone(*id));
+                }
                 if self.reachable {
                     self.reachable = false;
                     tracing::warn!(peer = %name, url = %url, error = %e, "peer unreachable; raft messages to it are dropped until it answers");
@@ -530,6 +535,15 @@ impl LaneState<'_> {
         }
         true
     }
+}
+
+/// Whether a failed send says the peer's process is gone (its port
+/// refuses connections, or it closed the lane), not merely slow or cut
+/// off: a live member never closes a lane, and a member stopping with
+/// SIGTERM hands its leadership over first.
+fn process_gone(e: &Status) -> bool {
+    let text = e.message();
+    text.contains("Connection refused") || text.contains("ended the framed lane")
 }
 
 #[cfg(test)]

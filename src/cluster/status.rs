@@ -36,6 +36,40 @@ pub struct RaftStatus {
     /// handed to raft yet). Touched only while there are such, never on
     /// the common path.
     pub(super) held: parking_lot::Mutex<std::collections::HashSet<u64>>,
+    /// While this member knows no leader because an election that should
+    /// end soon is under way (see [`ElectionUnderway`]): when it stops
+    /// being expected to end.
+    pub(super) election_ends_by: parking_lot::Mutex<Option<std::time::Instant>>,
+}
+
+/// What tells a short election from a leaderless member: a member that
+/// campaigns with its peers' pre-votes (or at a leader transfer's bidding),
+/// or a follower whose term moved past the last leader's because a peer
+/// campaigns, expects a leader within an election timeout. A member that
+/// stepped down for want of a quorum, or that asks for pre-votes nobody
+/// grants, does not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ElectionUnderway {
+    /// A leader is known.
+    Led,
+    /// Campaigning past the pre-vote, or following a peer's campaign.
+    Electing,
+    /// No leader, and none in sight.
+    Leaderless,
+}
+
+impl ElectionUnderway {
+    /// Classifies Raft's state: `led_term` is the term of the last leader
+    /// this member knew.
+    pub(super) fn of(leader: u64, role: raft::StateRole, term: u64, led_term: u64) -> Self {
+        use raft::StateRole::*;
+        match (leader, role) {
+            (l, _) if l != 0 => Self::Led,
+            (_, Candidate) => Self::Electing,
+            (_, Follower) if term > led_term => Self::Electing,
+            _ => Self::Leaderless,
+        }
+    }
 }
 
 impl RaftStatus {
@@ -112,6 +146,27 @@ impl RaftStatus {
         before
     }
 
+    /// Records whether an election is under way: the window opens when one
+    /// starts and lasts `timeout` (one election timeout), however many
+    /// rounds report it.
+    pub(super) fn set_election(
+        &self,
+        state: ElectionUnderway,
+        now: std::time::Instant,
+        timeout: std::time::Duration,
+    ) {
+        let mut ends = self.election_ends_by.lock();
+        *ends = match state {
+            ElectionUnderway::Electing => Some(ends.unwrap_or(now + timeout)),
+            _ => None,
+        };
+    }
+
+    /// When an election under way should have ended, if one is.
+    pub fn election_ends_by(&self) -> Option<std::time::Instant> {
+        *self.election_ends_by.lock()
+    }
+
     /// Whether this member is the leader.
     pub fn is_leader(&self) -> bool {
         self.is_leader.load(Ordering::Relaxed)
@@ -149,6 +204,36 @@ mod tests {
     use super::*;
     use std::time::Duration;
     use tokio::time::{timeout, Instant};
+
+    #[test]
+    fn only_an_election_with_votes_in_sight_is_under_way() {
+        use raft::StateRole::*;
+        use ElectionUnderway as E;
+        assert_eq!(E::of(7, Follower, 3, 3), E::Led);
+        assert_eq!(E::of(0, Candidate, 4, 3), E::Electing);
+        assert_eq!(E::of(0, Follower, 4, 3), E::Electing, "a peer campaigns");
+        assert_eq!(E::of(0, Follower, 3, 3), E::Leaderless, "stepped down");
+        assert_eq!(E::of(0, PreCandidate, 3, 3), E::Leaderless);
+    }
+
+    #[test]
+    fn the_election_window_opens_once_and_closes_with_a_leader() {
+        let status = RaftStatus::default();
+        let t0 = std::time::Instant::now();
+        let second = Duration::from_secs(1);
+        status.set_election(ElectionUnderway::Electing, t0, second);
+        status.set_election(ElectionUnderway::Electing, t0 + second / 2, second);
+        assert_eq!(
+            status.election_ends_by(),
+            Some(t0 + second),
+            "not pushed back"
+        );
+        status.set_election(ElectionUnderway::Led, t0 + second / 2, second);
+        assert_eq!(status.election_ends_by(), None);
+        status.set_election(ElectionUnderway::Electing, t0, second);
+        status.set_election(ElectionUnderway::Leaderless, t0, second);
+        assert_eq!(status.election_ends_by(), None);
+    }
 
     #[tokio::test]
     async fn waiting_for_a_leader_ends_when_one_is_published_or_at_the_deadline() {

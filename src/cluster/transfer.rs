@@ -31,9 +31,10 @@ pub(super) fn start<S: raft::Storage>(raw: &mut RawNode<S>, to: Option<u64>) {
     }
 }
 
-/// On the Raft thread: the leader `gone` restarted without its state (it
-/// probed this member while starting, `join.rs`), so it leads no more and
-/// waiting out the election timeout only delays its rejoin. The surviving
+/// On the Raft thread: the leader `gone` leads no more: it restarted (it
+/// probed this member while starting, `join.rs`), or its process ended
+/// (its peer port refuses connections or it closed its lane,
+/// `sender.rs`), so waiting out the election timeout only delays writes. The surviving
 /// voter with the lowest ID campaigns at once, as the target of a leader
 /// transfer does: the other voters grant it even though they heard from
 /// `gone` within the timeout (and refuse it if its log is behind theirs,
@@ -58,7 +59,7 @@ pub(super) fn leader_gone<S: raft::Storage>(raw: &mut RawNode<S>, gone: u64) {
     }
     tracing::info!(
         gone = %format_args!("{gone:x}"),
-        "the leader restarted without its state: campaigning at once"
+        "the leader is gone (it restarted, or its process ended): campaigning at once"
     );
     let mut m = Message::default();
     m.set_msg_type(MessageType::MsgTimeoutNow);
