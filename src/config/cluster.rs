@@ -400,7 +400,7 @@ pub(super) fn build(
     let catchup_entries = count(
         flags.catchup_entries,
         DEFAULT_CATCHUP_ENTRIES,
-        "experimental-snapshot-catchup-entries",
+        "snapshot-catchup-entries",
     )?;
     let Some((_, own_urls)) = members.iter().find(|(n, _)| n == name) else {
         return Err(format!(

@@ -93,6 +93,8 @@ pub(super) const COMPAT: &[Compat] = &[
         Kind::Uint,
         Effect::Ignored(NO_RAFT),
     ),
+    // etcd 3.6's name for the flag above.
+    c("snapshot-catchup-entries", Kind::Uint, Effect::Ignored(NO_RAFT)),
     c(
         "max-snapshots",
         Kind::Uint,
@@ -410,6 +412,7 @@ const CLUSTER_FLAGS: &[&str] = &[
     "force-new-cluster",
     "snapshot-count",
     "experimental-snapshot-catchup-entries",
+    "snapshot-catchup-entries",
     "peer-cert-file",
     "peer-key-file",
     "peer-client-cert-auth",
@@ -491,7 +494,8 @@ pub(super) fn judge(
         peer_cert_allowed_hostname: flag("peer-cert-allowed-hostname"),
         peer_crl_file: flag("peer-crl-file"),
         snapshot_count: flag("snapshot-count"),
-        catchup_entries: flag("experimental-snapshot-catchup-entries"),
+        catchup_entries: flag("snapshot-catchup-entries")
+            .or(flag("experimental-snapshot-catchup-entries")),
     };
     let config = cluster::build(member, members, &flags)?;
     Ok((warnings, Some(config)))

@@ -212,6 +212,35 @@ fn other_members_in_the_initial_cluster_mean_cluster_mode() {
 }
 
 #[test]
+fn the_catchup_entries_flag_takes_etcd_3_6s_name_and_the_older_one() {
+    let two = "--initial-cluster=m1=http://10.0.0.1:2380,m2=http://10.0.0.2:2380";
+    let base = [
+        "--name=m1",
+        two,
+        "--initial-advertise-peer-urls=http://10.0.0.1:2380",
+    ];
+    for flag in [
+        "--snapshot-catchup-entries=123",
+        "--experimental-snapshot-catchup-entries=123",
+    ] {
+        let args: Vec<&str> = base.iter().copied().chain([flag]).collect();
+        let l = load(&args, &[]).unwrap();
+        assert!(warnings(&l).is_empty(), "{flag}: used, not ignored");
+        assert_eq!(l.config.cluster.unwrap().catchup_entries, 123, "{flag}");
+    }
+    let args: Vec<&str> = base
+        .iter()
+        .copied()
+        .chain(["--snapshot-catchup-entries=0"])
+        .collect();
+    let m = invalid(load(&args, &[]));
+    assert!(
+        m.contains("--snapshot-catchup-entries \"0\" must be a number above 0"),
+        "{m}"
+    );
+}
+
+#[test]
 fn a_flag_given_twice_takes_the_last_value_as_in_go() {
     let l = load(&["--name=a", "--name=b"], &[]).unwrap();
     assert_eq!(l.config.name, "b");
