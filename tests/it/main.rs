@@ -62,6 +62,7 @@ mod maintenance;
 mod metrics;
 mod operations;
 mod overload;
+mod partition;
 mod quota;
 mod range_stream;
 mod recipes_diff;

@@ -6,8 +6,8 @@
 //! is checked against a register per key by [`checker`]. The checker's own
 //! tests feed it hand-made histories it must reject or accept.
 
-mod checker;
+pub(crate) mod checker;
 #[cfg(test)]
 mod checker_tests;
 mod faults;
-mod recorder;
+pub(crate) mod recorder;
