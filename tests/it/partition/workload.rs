@@ -341,7 +341,8 @@ impl Workload {
     pub async fn keep_alive(self: Arc<Self>, id: i64, key: &'static str, until_fault: bool) {
         let mut at = 0;
         let mut stream: Option<(mpsc::Sender<LeaseKeepAliveRequest>, tonic::Streaming<_>)> = None;
-        while !self.stopped() && !(until_fault && self.drop_lease.load(Ordering::SeqCst)) {
+        let done = || self.stopped() || (until_fault && self.drop_lease.load(Ordering::SeqCst));
+        while !done() {
             if stream.is_none() {
                 let (tx, rx) = mpsc::channel(4);
                 let mut client = LeaseClient::new(channel(&self.endpoints[at]));
