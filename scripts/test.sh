@@ -14,7 +14,9 @@
 #     rules with it),
 #   - protobuf-compiler + libprotobuf-dev (protoc and its well-known types),
 #   - etcd3gw from PyPI in a virtualenv (scripts/install-etcd3gw.sh;
-#     tests/it/gateway.rs drives ephd's JSON gateway with it).
+#     tests/it/gateway.rs drives ephd's JSON gateway with it),
+#   - iproute2, Debian package, when `ip` is missing (tests/it/partition
+#     puts cluster members in network namespaces; that needs root).
 # Before any test it runs the lint gates, each of which fails the run:
 #   - cargo fmt --all -- --check
 #   - cargo clippy --workspace --all-targets -- -D warnings
@@ -47,6 +49,12 @@ install_protoc() {
 }
 if [ -z "${PROTOC:-}" ]; then
   install_protoc
+fi
+
+if ! command -v ip >/dev/null 2>&1; then
+  sudo=""
+  if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends iproute2 >/dev/null
 fi
 
 refs=${EPHD_REFERENCES:-$HOME/.cache/ephd/references}/bin
