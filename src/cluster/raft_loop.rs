@@ -271,7 +271,12 @@ impl RaftLoop {
             Input::Propose { proposal, data } => self.propose(proposal, data),
             Input::ReadIndex { ctx } => self.raw.read_index(ctx.to_be_bytes().to_vec()),
             Input::TransferLeader(to) => super::transfer::start(&mut self.raw, to),
-            Input::LeaderGone(gone) => super::transfer::leader_gone(&mut self.raw, gone),
+            Input::LeaderGone(gone) => {
+                let health = &self.members.health;
+                super::transfer::leader_gone(&mut self.raw, gone, |id| {
+                    health.active_since(id).is_some()
+                })
+            }
             Input::SnapshotBuilt { index, term, data } => {
                 self.catchup.built(&self.raw, index, term, data)
             }

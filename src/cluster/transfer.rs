@@ -34,13 +34,21 @@ pub(super) fn start<S: raft::Storage>(raw: &mut RawNode<S>, to: Option<u64>) {
 /// On the Raft thread: the leader `gone` leads no more: it restarted (it
 /// probed this member while starting, `join.rs`), or its process ended
 /// (its peer port refuses connections or it closed its lane,
-/// `sender.rs`), so waiting out the election timeout only delays writes. The surviving
-/// voter with the lowest ID campaigns at once, as the target of a leader
-/// transfer does: the other voters grant it even though they heard from
-/// `gone` within the timeout (and refuse it if its log is behind theirs,
-/// which leaves the election to the timeout as before). One survivor only,
-/// so that two do not split the vote.
-pub(super) fn leader_gone<S: raft::Storage>(raw: &mut RawNode<S>, gone: u64) {
+/// `sender.rs`), so waiting out the election timeout only delays writes.
+/// The surviving voter with the lowest ID campaigns at once, as the target
+/// of a leader transfer does: the other voters grant it even though they
+/// heard from `gone` within the timeout (and refuse it if its log is
+/// behind theirs, which leaves the election to the timeout as before).
+/// One survivor only, so that two do not split the vote. A voter that
+/// does not answer this member (`answers` false: died with the leader,
+/// say) is no survivor; the failed probes to the dead leader repeat this
+/// call, so the next voter in line takes over once this member has seen
+/// the lower one fail.
+pub(super) fn leader_gone<S: raft::Storage>(
+    raw: &mut RawNode<S>,
+    gone: u64,
+    answers: impl Fn(u64) -> bool,
+) {
     let r = &raw.raft;
     if r.state != StateRole::Follower || r.leader_id != gone {
         return;
@@ -52,7 +60,7 @@ pub(super) fn leader_gone<S: raft::Storage>(raw: &mut RawNode<S>, gone: u64) {
         .voters()
         .ids()
         .iter()
-        .filter(|id| *id != gone)
+        .filter(|id| *id != gone && (*id == me || answers(*id)))
         .min();
     if lowest != Some(me) {
         return;
