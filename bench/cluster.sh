@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# A three-member ephd cluster against a three-member stock etcd cluster,
-# side by side on this machine, with etcd's own `benchmark` tool
+# A three-member ephd cluster against a three-member stock etcd cluster (MEMBERS=5: five against
+# five), side by side on this machine, with etcd's own `benchmark` tool
 # (CLUSTER.md, "Not built yet", step 6; bench/README.md, "bench/cluster.sh").
 #
 # Cases (CASES, run in this order):
@@ -19,15 +19,18 @@
 #                 failure) at FO_RATE writes/s while the current leader is SIGKILLed KILLS times. etcd's
 #                 killed member restarts on its data dir; ephd's (memory only) is replaced the etcd way:
 #                 member remove, member add, a new data-less process on the same URLs with
-#                 --initial-cluster-state existing. Per kill: the longest gap between acknowledged
-#                 writes from the kill until the restart began (KILL_WINDOW s later).
+#                 --initial-cluster-state existing; with EPHD_DATA=1 ephd's restarts on its data dir as
+#                 etcd's does (from its Raft log, under its own ID). KILLED=2 kills the member after the
+#                 leader too, at the same moment (two of five; needs EPHD_DATA=1 for ephd). Per kill:
+#                 the longest gap between acknowledged writes from the kill until the restart began
+#                 (KILL_WINDOW s later).
 #
 # Loopback only, ports of its own (free ports picked at start), etcd data dirs on tmpfs under
 # /dev/shm (removed at the end), every run bounded (RUN_TIMEOUT), the whole script bounded
 # (MAX_TIME), and on exit it stops only the processes it started.
 #
 # Environment: REPEATS (2), CASES ("put txn-put rate failover"), SYSTEMS ("etcd ephd"; a subset runs
-#   only those), TOTAL (100000), RATE, ETCD_RATE, KILLS (10), FO_RATE (2000), FO_CLIENTS (50), KILL_WINDOW (5),
+#   only those), MEMBERS (3, or 5), KILLED (1, or 2: members killed at once in failover), TOTAL (100000), RATE, ETCD_RATE, KILLS (10), FO_RATE (2000), FO_CLIENTS (50), KILL_WINDOW (5),
 #   SETTLE (3), WARMUP (5), RUN_TIMEOUT (300), MAX_TIME (5400), LOAD_MAX (1.0) and LOAD_WAIT (600):
 #   wait up to LOAD_WAIT s, checking every 30 s, for the 1-minute load to drop below LOAD_MAX before
 #   starting; BUILD (1): cargo build --release first; EPHD, EPHD_BENCH (default
@@ -56,6 +59,8 @@ if [[ -n ${SUMMARIZE:-} ]]; then
 fi
 
 REPEATS=${REPEATS:-2}
+MEMBERS=${MEMBERS:-3}
+KILLED=${KILLED:-1}
 SYSTEMS=${SYSTEMS:-"etcd ephd"}
 CASES=${CASES:-"put txn-put rate failover"}
 TOTAL=${TOTAL:-100000}
@@ -94,6 +99,11 @@ if [[ $BUILD == 1 ]]; then
   log "building release binaries"
   (cd "$ROOT" && timeout 3600 cargo build --release -p ephd -p ephd-bench) >&2
 fi
+[[ $MEMBERS == 3 || $MEMBERS == 5 ]] || { echo "MEMBERS must be 3 or 5" >&2; exit 1; }
+[[ $KILLED == 1 || ($KILLED == 2 && $MEMBERS == 5) ]] || { echo "KILLED=2 needs MEMBERS=5" >&2; exit 1; }
+if [[ $KILLED == 2 && " $SYSTEMS " == *" ephd "* && ${EPHD_DATA:-0} != 1 ]]; then
+  echo "KILLED=2 needs EPHD_DATA=1: ephd's killed members restart from their Raft logs, as etcd's from their data dirs" >&2; exit 1
+fi
 [[ -x $EPHD && -x $EPHD_BENCH ]] || { echo "missing $EPHD or $EPHD_BENCH (BUILD=1 builds them)" >&2; exit 1; }
 if [[ ! -x $GO_BIN ]]; then
   log "building etcd's benchmark tool 3.6 (scripts/install-references.sh)"
@@ -105,7 +115,7 @@ DATA=$(mktemp -d /dev/shm/ephd-cluster-bench.XXXXXX)
 RAW=$OUT_DIR/raw
 JSONL=$OUT_DIR/runs.jsonl
 mkdir -p "$RAW"
-PIDS=("" "" "")
+PIDS=()
 LOADPID=""
 
 stop_all() {
@@ -117,7 +127,7 @@ stop_all() {
     kill -KILL "$p" 2>/dev/null || true
     wait "$p" 2>/dev/null || true
   done
-  PIDS=("" "" "")
+  PIDS=()
   rm -rf "${DATA:?}"/*
 }
 cleanup() {
@@ -129,21 +139,23 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# Six free loopback ports below the ephemeral range (bench/free_ports.py).
-read -r -a PORTS < <(python3 "$ROOT/bench/free_ports.py" 6)
-CPORT=("${PORTS[@]:0:3}")
-PPORT=("${PORTS[@]:3:3}")
-EPS="127.0.0.1:${CPORT[0]},127.0.0.1:${CPORT[1]},127.0.0.1:${CPORT[2]}"
+# Two free loopback ports per member, below the ephemeral range (bench/free_ports.py).
+read -r -a PORTS < <(python3 "$ROOT/bench/free_ports.py" $((2 * MEMBERS)))
+CPORT=("${PORTS[@]:0:MEMBERS}")
+PPORT=("${PORTS[@]:MEMBERS:MEMBERS}")
 ep() { echo "127.0.0.1:${CPORT[$1]}"; }
-survivors() { # all endpoints but member $1
+survivors() { # all endpoints but those of the members given
   local j out=()
-  for j in 0 1 2; do [[ $j == "$1" ]] || out+=("$(ep "$j")"); done
+  for ((j = 0; j < MEMBERS; j++)); do [[ " $* " == *" $j "* ]] || out+=("$(ep "$j")"); done
   (IFS=,; echo "${out[*]}")
 }
+EPS=$(survivors)
 
 SYS_TOKEN=""
 initial_cluster() { # prefix (e or m)
-  echo "$1"0=http://127.0.0.1:${PPORT[0]},"$1"1=http://127.0.0.1:${PPORT[1]},"$1"2=http://127.0.0.1:${PPORT[2]}
+  local j out=()
+  for ((j = 0; j < MEMBERS; j++)); do out+=("$1$j=http://127.0.0.1:${PPORT[$j]}"); done
+  (IFS=,; echo "${out[*]}")
 }
 
 start_member() { # etcd|ephd index state tag
@@ -179,7 +191,7 @@ start_single() { # ephd1|etcd1 tag: a single member on the first client (and pee
     "$EPHD" --name s0 --listen-client-urls "$url" --advertise-client-urls "$url" \
       --quota-backend-bytes "$QUOTA" --log-level "$EPHD_LOG_LEVEL" ${EPHD_ARGS:-} >>"$WORK/$2-s0.log" 2>&1 &
   fi
-  PIDS=("$!" "" "")
+  PIDS=("$!")
   local k
   for ((k = 0; k < 150; k++)); do
     python3 "$TOOL" leader "$(ep 0)" >/dev/null 2>&1 && return 0
@@ -202,7 +214,7 @@ wait_whole() { # seconds: every member answers, one agreed leader, the same thre
 start_cluster() { # etcd|ephd tag
   SYS_TOKEN="bench-$2-$RANDOM$RANDOM"
   local i
-  for i in 0 1 2; do start_member "$1" "$i" new "$2"; done
+  for ((i = 0; i < MEMBERS; i++)); do start_member "$1" "$i" new "$2"; done
   if ! wait_whole 60; then
     log "$1 cluster did not form (logs $WORK/$2-*.log)"
     tail -3 "$WORK/$2"-*.log >&2 || true
@@ -291,7 +303,7 @@ replace_ephd() { # index old-member-id: the etcd way to bring back a member with
 }
 
 run_failover() { # system repeat
-  local sys=$1 rep=$2 k lead i id kill_ms restart_ms whole_ms elected_ms left note bound
+  local sys=$1 rep=$2 k lead i j id kill_ms restart_ms whole_ms elected_ms left note bound killed
   TAG="$sys-failover-r$rep"
   time_left || { log "MAX_TIME reached: skipping $TAG"; return 0; }
   RUN_EPHD_ARGS=${FO_EPHD_ARGS:-}
@@ -303,7 +315,7 @@ run_failover() { # system repeat
     --clients "$FO_CLIENTS" --rate "$FO_RATE" --timeout 1s --duration "${bound}s" --max-time "${bound}s" \
     --json --no-progress --label "$sys" failover >"$load" 2>"$WORK/$TAG-load.err" &
   LOADPID=$!
-  log "failover / $sys (repeat $rep): $FO_CLIENTS clients at $FO_RATE writes/s, $KILLS leader kills"
+  log "failover / $sys (repeat $rep): $MEMBERS members, $FO_CLIENTS clients at $FO_RATE writes/s, $KILLS kills of $KILLED (the leader first)"
   sleep "$WARMUP"
   for ((k = 1; k <= KILLS; k++)); do
     time_left || { log "MAX_TIME reached: stopping the kills"; break; }
@@ -314,30 +326,31 @@ run_failover() { # system repeat
     done
     [[ -n $lead ]] || { log "  no agreed leader before kill $k: stopping"; break; }
     read -r i id <<<"$lead"
+    killed=("$i")
+    ((KILLED == 2)) && killed+=("$(((i + 1) % MEMBERS))")
     kill_ms=$(now_ms)
-    kill -KILL "${PIDS[$i]}"
-    wait "${PIDS[$i]}" 2>/dev/null || true
-    PIDS[$i]=""
+    for j in "${killed[@]}"; do kill -KILL "${PIDS[$j]}"; done
+    for j in "${killed[@]}"; do wait "${PIDS[$j]}" 2>/dev/null || true; PIDS[$j]=""; done
     # When the survivors agree on a new leader (polled every 0.25 s, so
     # within about a quarter second); then the rest of the window.
     elected_ms=0
     while (($(now_ms) < kill_ms + KILL_WINDOW * 1000)); do
-      if python3 "$TOOL" leader "$(survivors "$i")" >/dev/null 2>&1; then elected_ms=$(now_ms); break; fi
+      if python3 "$TOOL" leader "$(survivors "${killed[@]}")" >/dev/null 2>&1; then elected_ms=$(now_ms); break; fi
       sleep 0.25
     done
     left=$((kill_ms + KILL_WINDOW * 1000 - $(now_ms)))
     ((left <= 0)) || sleep "$(printf '%d.%03d' $((left / 1000)) $((left % 1000)))"
     restart_ms=$(now_ms)
     note=ok
-    if [[ $sys == etcd ]]; then
-      start_member etcd "$i" new "$TAG"
+    if [[ $sys == etcd || ${EPHD_DATA:-0} == 1 ]]; then
+      for j in "${killed[@]}"; do start_member "$sys" "$j" new "$TAG"; done
     else
       replace_ephd "$i" "$id" || note=replace-failed
     fi
     wait_whole 60 || note="$note,not-whole"
     whole_ms=$(now_ms)
-    echo "$kill_ms $restart_ms $whole_ms $elected_ms $sys-$i $note" >>"$kills"
-    log "  kill $k: member $i (leader); new leader after $((elected_ms ? elected_ms - kill_ms : -1)) ms; back in $((whole_ms - restart_ms)) ms ($note)"
+    echo "$kill_ms $restart_ms $whole_ms $elected_ms $sys-$(IFS=+; echo "${killed[*]}") $note" >>"$kills"
+    log "  kill $k: member(s) ${killed[*]} (the leader first); new leader after $((elected_ms ? elected_ms - kill_ms : -1)) ms; back in $((whole_ms - restart_ms)) ms ($note)"
     [[ $note == ok ]] || { log "  cluster not whole again: stopping the kills (logs $WORK/$TAG-*.log)"; break; }
     sleep "$SETTLE"
   done
@@ -360,9 +373,9 @@ while python3 -c "import sys; sys.exit(0 if float('$(load1)') >= float('$LOAD_MA
   log "1-minute load $(load1) >= $LOAD_MAX: waiting (${waited}s of ${LOAD_WAIT}s)"
   sleep 30; waited=$((waited + 30))
 done
-python3 - "$ROOT" "$EPHD" "$ETCD" "$REPEATS" "$TOTAL" "$CASES" "$KILLS" "$FO_RATE" "$FO_CLIENTS" "$waited" "${EPHD_ENV:-}" "${ETCD_ENV:-}" "$GO_BIN" >>"$JSONL" <<'PY'
+python3 - "$ROOT" "$EPHD" "$ETCD" "$REPEATS" "$TOTAL" "$CASES" "$KILLS" "$FO_RATE" "$FO_CLIENTS" "$waited" "${EPHD_ENV:-}" "${ETCD_ENV:-}" "$GO_BIN" "$MEMBERS" "$KILLED" >>"$JSONL" <<'PY'
 import json, os, subprocess, sys, time
-root, ephd, etcd, repeats, total, cases, kills, fo_rate, fo_clients, waited, ephd_env, etcd_env, bench = sys.argv[1:14]
+root, ephd, etcd, repeats, total, cases, kills, fo_rate, fo_clients, waited, ephd_env, etcd_env, bench, members, killed = sys.argv[1:16]
 def sh(c):
     try:
         return subprocess.run(c, shell=True, capture_output=True, text=True, timeout=10).stdout.strip()
@@ -376,7 +389,7 @@ print(json.dumps({"meta": True, "started": time.strftime("%Y-%m-%d %H:%M:%S"), "
                   "etcd_version": sh(f"{etcd} --version | head -1"), "cpu": cpu, "nproc": os.cpu_count(),
                   "benchmark": sh(f"/usr/local/go/bin/go version -m {bench} | grep -m1 -w mod | cut -f3,4"),
                   "load_before": open("/proc/loadavg").read().split()[:3], "load_waited_s": int(waited),
-                  "ephd_env": ephd_env, "etcd_env": etcd_env}))
+                  "ephd_env": ephd_env, "etcd_env": etcd_env, "members": int(members), "killed": int(killed)}))
 PY
 half_peak() { # etcd|ephd: half the three-member cluster's median put/s so far, or nothing
   python3 - "$JSONL" "$1" <<'PY'

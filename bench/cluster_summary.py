@@ -11,7 +11,8 @@ lines = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 meta = next((d for d in lines if d.get("meta")), {})
 runs = [d for d in lines if not d.get("meta")]
 ok = [d for d in runs if not d.get("failed")]
-NAMES = {"etcd": "etcd ×3", "ephd": "ephd ×3", "ephd1": "ephd ×1", "etcd1": "etcd ×1"}
+N = meta.get("members", 3)
+NAMES = {"etcd": f"etcd ×{N}", "ephd": f"ephd ×{N}", "ephd1": "ephd ×1", "etcd1": "etcd ×1"}
 
 
 def sel(case, system):
@@ -50,7 +51,9 @@ def by_role(rs, key):
 
 out = []
 w = out.append
-w("# Three-member ephd against three-member stock etcd (`bench/cluster.sh`)\n")
+w(f"# {N}-member ephd against {N}-member stock etcd (`bench/cluster.sh`)\n")
+if meta.get("killed", 1) > 1:
+    w(f"Failover kills {meta['killed']} members at once, the leader and the next.\n")
 w(f"Started {meta.get('started', '?')}, ephd `{meta.get('git', '?')}`, {meta.get('etcd_version', '?')}, "
   f"{meta.get('cpu', '?')} × {meta.get('nproc', '?')}; 1/5/15-minute load before: "
   f"{' / '.join(meta.get('load_before', []))} (waited {meta.get('load_waited_s', 0)} s for it to drop). "
