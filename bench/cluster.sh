@@ -373,9 +373,9 @@ while python3 -c "import sys; sys.exit(0 if float('$(load1)') >= float('$LOAD_MA
   log "1-minute load $(load1) >= $LOAD_MAX: waiting (${waited}s of ${LOAD_WAIT}s)"
   sleep 30; waited=$((waited + 30))
 done
-python3 - "$ROOT" "$EPHD" "$ETCD" "$REPEATS" "$TOTAL" "$CASES" "$KILLS" "$FO_RATE" "$FO_CLIENTS" "$waited" "${EPHD_ENV:-}" "${ETCD_ENV:-}" "$GO_BIN" "$MEMBERS" "$KILLED" >>"$JSONL" <<'PY'
+python3 - "$ROOT" "$EPHD" "$ETCD" "$REPEATS" "$TOTAL" "$CASES" "$KILLS" "$FO_RATE" "$FO_CLIENTS" "$waited" "${EPHD_ENV:-}" "${ETCD_ENV:-}" "$GO_BIN" "$MEMBERS" "$KILLED" "${EPHD_DATA:-0}" >>"$JSONL" <<'PY'
 import json, os, subprocess, sys, time
-root, ephd, etcd, repeats, total, cases, kills, fo_rate, fo_clients, waited, ephd_env, etcd_env, bench, members, killed = sys.argv[1:16]
+root, ephd, etcd, repeats, total, cases, kills, fo_rate, fo_clients, waited, ephd_env, etcd_env, bench, members, killed, ephd_data = sys.argv[1:17]
 def sh(c):
     try:
         return subprocess.run(c, shell=True, capture_output=True, text=True, timeout=10).stdout.strip()
@@ -389,7 +389,8 @@ print(json.dumps({"meta": True, "started": time.strftime("%Y-%m-%d %H:%M:%S"), "
                   "etcd_version": sh(f"{etcd} --version | head -1"), "cpu": cpu, "nproc": os.cpu_count(),
                   "benchmark": sh(f"/usr/local/go/bin/go version -m {bench} | grep -m1 -w mod | cut -f3,4"),
                   "load_before": open("/proc/loadavg").read().split()[:3], "load_waited_s": int(waited),
-                  "ephd_env": ephd_env, "etcd_env": etcd_env, "members": int(members), "killed": int(killed)}))
+                  "ephd_env": ephd_env, "etcd_env": etcd_env, "members": int(members), "killed": int(killed),
+                  "ephd_data": ephd_data == "1"}))
 PY
 half_peak() { # etcd|ephd: half the three-member cluster's median put/s so far, or nothing
   python3 - "$JSONL" "$1" <<'PY'

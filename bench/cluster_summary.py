@@ -124,8 +124,10 @@ if any(fo.values()):
     w(f"`ephd-bench failover`: {meta.get('fo_clients', '?')} clients, {meta.get('fo_rate', 0):,.0f} puts/s "
       "(1 KiB values), 1 s request timeout, a client moves to the next member after a failure or timeout. "
       "Gap: the longest stretch without an acknowledged write, from the kill until the killed member was "
-      "restarted (etcd, on its data dir) or replaced (ephd: member remove, member add, a new process "
-      "with `--initial-cluster-state existing`). Gaps under the listing floor count as that floor.\n")
+      + ("restarted on its data dir (etcd's and ephd's alike). " if meta.get("ephd_data") else
+         "restarted (etcd, on its data dir) or replaced (ephd: member remove, member add, a new process "
+         "with `--initial-cluster-state existing`). ")
+      + "Gaps under the listing floor count as that floor.\n")
     args = {s: sorted({(d.get("server_args") or "").strip() for d in rs}) for s, rs in fo.items() if rs}
     for s, a in args.items():
         if any(a):
