@@ -17,10 +17,10 @@
 //!   need not wait an election timeout to notice it is gone.
 //! * A request with `hasleader: true` on a member without a leader fails at
 //!   once with `etcdserver: no leader` ([`RequireLeaderLayer`]), unless an
-//!   election that should end within an election timeout is under way
-//!   (the leader's process ended and a peer campaigns at once): then it
-//!   waits for that election's outcome, as an etcd member would still take
-//!   it while it believes in the old leader; an open
+//!   election with votes in sight is under way (the leader's process ended
+//!   and a peer campaigns at once): then it waits a round trip or two for
+//!   that election's outcome, as an etcd member would still take it while
+//!   it believes in the old leader; an open
 //!   Watch or LeaseKeepAlive stream with it ends with that error once the
 //!   member has been without a leader for three election timeouts
 //!   ([`leader_lost`]), so the client moves to another member.

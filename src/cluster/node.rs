@@ -247,6 +247,7 @@ impl Node {
             log,
             files: files.clone(),
             led_term,
+            election: super::status::ElectionUnderway::Leaderless,
         };
         let leases = super::lease_state::LeaseForward::new(id, members.clone(), store.clone());
         // A resumed store is past its initial revision (`saved.rs`), and

@@ -185,6 +185,12 @@ fn run_round(slot: &mut Option<RaftLoop>) -> Round {
 }
 
 /// The Raft state and what a round needs: owned by [`Core`], used by one
+/// How long an election with votes in sight is expected to take, in
+/// heartbeat intervals (the interval is about a round trip between
+/// members): a vote and its answer, then the winner's first append. A
+/// `hasleader` call waits that long for its outcome (`leadership.rs`).
+const ELECTION_WINDOW_HEARTBEATS: u32 = 2;
+
 /// thread at a time.
 pub(super) struct RaftLoop {
     pub(super) raw: RawNode<LogStore>,
@@ -211,6 +217,8 @@ pub(super) struct RaftLoop {
     pub(super) files: Option<Arc<super::saved::SavedFiles>>,
     /// The term of the last leader this member knew.
     pub(super) led_term: u64,
+    /// What was last published of an election (`status.rs`).
+    pub(super) election: super::status::ElectionUnderway,
 }
 
 impl RaftLoop {
@@ -428,9 +436,14 @@ impl RaftLoop {
             raft.term,
             self.led_term,
         );
-        let timeout = self.tick * raft.election_timeout() as u32;
-        self.status
-            .set_election(election, std::time::Instant::now(), timeout);
+        // Only a change is published: most rounds have the same leader.
+        if election != self.election {
+            self.election = election;
+            let window = (self.tick * ELECTION_WINDOW_HEARTBEATS)
+                .min(self.tick * raft.election_timeout() as u32);
+            self.status
+                .set_election(election, std::time::Instant::now(), window);
+        }
         self.status
             .is_leader
             .store(raft.state == StateRole::Leader, Ordering::Relaxed);

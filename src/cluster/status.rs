@@ -45,7 +45,7 @@ pub struct RaftStatus {
 /// What tells a short election from a leaderless member: a member that
 /// campaigns with its peers' pre-votes (or at a leader transfer's bidding),
 /// or a follower whose term moved past the last leader's because a peer
-/// campaigns, expects a leader within an election timeout. A member that
+/// campaigns, expects a leader within a round trip or two. A member that
 /// stepped down for want of a quorum, or that asks for pre-votes nobody
 /// grants, does not.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -147,17 +147,17 @@ impl RaftStatus {
     }
 
     /// Records whether an election is under way: the window opens when one
-    /// starts and lasts `timeout` (one election timeout), however many
-    /// rounds report it.
+    /// starts and lasts `window`, however many rounds report it (the Raft
+    /// loop reports changes only).
     pub(super) fn set_election(
         &self,
         state: ElectionUnderway,
         now: std::time::Instant,
-        timeout: std::time::Duration,
+        window: std::time::Duration,
     ) {
         let mut ends = self.election_ends_by.lock();
         *ends = match state {
-            ElectionUnderway::Electing => Some(ends.unwrap_or(now + timeout)),
+            ElectionUnderway::Electing => Some(ends.unwrap_or(now + window)),
             _ => None,
         };
     }

@@ -43,7 +43,9 @@ pub(super) fn start<S: raft::Storage>(raw: &mut RawNode<S>, to: Option<u64>) {
 /// does not answer this member (`answers` false: died with the leader,
 /// say) is no survivor; the failed probes to the dead leader repeat this
 /// call, so the next voter in line takes over once this member has seen
-/// the lower one fail.
+/// the lower one fail. Without a majority of survivors nobody campaigns
+/// early: the vote could not be won, and the election timeout decides as
+/// in etcd.
 pub(super) fn leader_gone<S: raft::Storage>(
     raw: &mut RawNode<S>,
     gone: u64,
@@ -54,15 +56,12 @@ pub(super) fn leader_gone<S: raft::Storage>(
         return;
     }
     let me = r.id;
-    let lowest = r
-        .prs()
-        .conf()
-        .voters()
-        .ids()
+    let voters = r.prs().conf().voters().ids();
+    let survivors: Vec<u64> = voters
         .iter()
         .filter(|id| *id != gone && (*id == me || answers(*id)))
-        .min();
-    if lowest != Some(me) {
+        .collect();
+    if survivors.len() <= voters.len() / 2 || survivors.iter().min() != Some(&me) {
         return;
     }
     tracing::info!(
@@ -76,5 +75,62 @@ pub(super) fn leader_gone<S: raft::Storage>(
     m.term = r.term;
     if let Err(e) = raw.step(m) {
         tracing::debug!(error = %e, "prompt campaign refused");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use raft::storage::MemStorage;
+
+    /// Member 3 of five, following leader 1 at term 1.
+    fn follower_of_1() -> RawNode<MemStorage> {
+        let voters = raft::prelude::ConfState::from((vec![1, 2, 3, 4, 5], vec![]));
+        let config = raft::Config {
+            id: 3,
+            ..Default::default()
+        };
+        let storage = MemStorage::new_with_conf_state(voters);
+        let mut raw = RawNode::new(&config, storage, &super::super::logger::logger()).unwrap();
+        let mut beat = Message::default();
+        beat.set_msg_type(MessageType::MsgHeartbeat);
+        beat.from = 1;
+        beat.to = 3;
+        beat.term = 1;
+        raw.step(beat).unwrap();
+        assert_eq!(
+            (raw.raft.leader_id, raw.raft.state),
+            (1, StateRole::Follower)
+        );
+        raw
+    }
+
+    #[test]
+    fn the_lowest_voter_that_answers_campaigns_when_the_leader_is_gone() {
+        let mut raw = follower_of_1();
+        leader_gone(&mut raw, 1, |_| true);
+        assert_eq!(
+            raw.raft.state,
+            StateRole::Follower,
+            "2 is lower and answers"
+        );
+
+        leader_gone(&mut raw, 4, |_| false);
+        assert_eq!(raw.raft.state, StateRole::Follower, "4 does not lead");
+
+        leader_gone(&mut raw, 1, |id| id == 5);
+        assert_eq!(
+            raw.raft.state,
+            StateRole::Follower,
+            "3 and 5 of five are no majority"
+        );
+
+        leader_gone(&mut raw, 1, |id| id != 2);
+        assert_eq!(
+            raw.raft.state,
+            StateRole::Candidate,
+            "2 died with the leader"
+        );
+        assert_eq!(raw.raft.term, 2);
     }
 }
