@@ -115,28 +115,39 @@ pub async fn on_etcd_and_ephd(fault: Fault) {
     assert!(failures.is_empty(), "{fault:?}:\n{}", failures.join("\n\n"));
 }
 
+/// One look at members `among`: the index of the leader they all name,
+/// when every one answers and it is one of them; otherwise the leader IDs
+/// they named (0 for no answer).
+async fn agreed_leader(cluster: &NetCluster, among: &[usize]) -> Result<usize, Vec<u64>> {
+    let mut named = Vec::new();
+    let mut ids = Vec::new();
+    for &i in among {
+        let mut m = MaintenanceClient::new(channel(&cluster.endpoint(i)));
+        match m.status(StatusRequest {}).await {
+            Ok(s) => {
+                let s = s.into_inner();
+                named.push(s.leader);
+                ids.push((i, s.header.map_or(0, |h| h.member_id)));
+            }
+            Err(_) => named.push(0),
+        }
+    }
+    let agreed = named.iter().all(|l| *l == named[0] && *l != 0);
+    match ids.iter().find(|(_, id)| *id == named[0]) {
+        Some(&(i, _)) if agreed => Ok(i),
+        _ => Err(named),
+    }
+}
+
 /// The index of the member every member names as leader.
 async fn leader(cluster: &NetCluster) -> usize {
+    let all: Vec<usize> = (0..cluster.net.members()).collect();
     let deadline = Instant::now() + SETTLE;
     loop {
-        let mut named = Vec::new();
-        let mut ids = Vec::new();
-        for endpoint in cluster.endpoints() {
-            let mut m = MaintenanceClient::new(channel(&endpoint));
-            match m.status(StatusRequest {}).await {
-                Ok(s) => {
-                    let s = s.into_inner();
-                    named.push(s.leader);
-                    ids.push(s.header.map_or(0, |h| h.member_id));
-                }
-                Err(_) => named.push(0),
-            }
+        match agreed_leader(cluster, &all).await {
+            Ok(i) => return i,
+            Err(named) => assert!(Instant::now() < deadline, "no agreed leader: {named:?}"),
         }
-        let agreed = named.iter().all(|l| *l == named[0] && *l != 0);
-        if let (true, Some(i)) = (agreed, ids.iter().position(|id| *id == named[0])) {
-            return i;
-        }
-        assert!(Instant::now() < deadline, "no agreed leader: {named:?}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -170,27 +181,17 @@ async fn settled_revision(cluster: &NetCluster, least: i64) -> Result<i64, Strin
 /// `old`) within [`SETTLE`]: the cut really cut.
 async fn new_leader_among(cluster: &NetCluster, among: &[usize], old: usize) -> Result<(), String> {
     let deadline = Instant::now() + SETTLE;
-    let mut named = Vec::new();
-    while Instant::now() < deadline {
-        named.clear();
-        let mut ids = Vec::new();
-        for &i in among {
-            let mut m = MaintenanceClient::new(channel(&cluster.endpoint(i)));
-            if let Ok(s) = m.status(StatusRequest {}).await {
-                let s = s.into_inner();
-                named.push(s.leader);
-                ids.push(s.header.map_or(0, |h| h.member_id));
+    loop {
+        match agreed_leader(cluster, among).await {
+            Ok(_) => return Ok(()),
+            Err(named) if Instant::now() > deadline => {
+                return Err(format!(
+                    "m{among:?} elected no leader of their own while cut off from m{old}: {named:?}"
+                ))
             }
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
         }
-        let agreed = named.len() == among.len() && named.iter().all(|l| *l == named[0]);
-        if agreed && ids.contains(&named[0]) {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    Err(format!(
-        "m{among:?} elected no leader of their own while cut off from m{old}: {named:?}"
-    ))
 }
 
 /// Does to the cluster what `fault` says, and undoes it; returns when the
