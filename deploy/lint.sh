@@ -43,11 +43,12 @@ run() {
 mapfile -t shell_scripts < <(find deploy scripts -type f \( -path 'deploy/*.sh' -o -name 'container-*.sh' \) | sort)
 mapfile -t yaml_files < <(find deploy -name '*.yaml' -type f | sort)
 # Kubernetes objects: everything but kubeadm and kustomize configuration,
-# which lint_checks.py checks structurally.
+# which lint_checks.py checks structurally, and Prometheus rules, which
+# promtool checks (tests/it/cluster_held.rs).
 k8s_files=()
 for f in "${yaml_files[@]}"; do
   case "$f" in
-    deploy/kube-apiserver/* | deploy/cluster/kube-apiserver/* | */kustomization.yaml | deploy/.yamllint.yaml) ;;
+    deploy/kube-apiserver/* | deploy/cluster/kube-apiserver/* | deploy/prometheus/* | */kustomization.yaml | deploy/.yamllint.yaml) ;;
     *) k8s_files+=("$f") ;;
   esac
 done

@@ -45,6 +45,30 @@ const ASK_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a joining member keeps asking the running members.
 const JOIN_PATIENCE: Duration = Duration::from_secs(20);
 
+/// Why a member does not start (yet).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotStarted {
+    /// What the other members answer forbids starting now: none has a
+    /// leader and a majority may have lost its state, or they wait to
+    /// resume from saved state this member cannot join. That changes when
+    /// members return, so the server holds its start (saying why on
+    /// `/health` and `/metrics`) and asks again.
+    Held(String),
+    /// Starting is wrong whatever the others answer (a removed ID, a
+    /// forced cluster beside a working one, a failed join): the process
+    /// ends.
+    Refused(String),
+}
+
+impl NotStarted {
+    /// The line that says why, and what to do.
+    pub fn reason(&self) -> &str {
+        match self {
+            NotStarted::Held(why) | NotStarted::Refused(why) => why,
+        }
+    }
+}
+
 /// What this member starts its Raft node with: found alone from
 /// `--initial-cluster` for a new cluster (after checking that no running
 /// cluster knows this ID), or from the running members when joining.
@@ -57,16 +81,17 @@ pub async fn bootstrap(
     config: &ClusterConfig,
     client_urls: Vec<String>,
     saved_state: &mut Option<Saved>,
-) -> Result<Boot, String> {
+) -> Result<Boot, NotStarted> {
+    use NotStarted::{Held, Refused};
     let saved = saved_state.as_ref();
     let initial = Membership::initial(config);
     if config.existing {
-        return join(config, client_urls).await;
+        return join(config, client_urls).await.map_err(Refused);
     }
     let id = config.member_id();
     let mut answers = probe(config, id).await;
     if config.force_new_cluster {
-        return super::force::boot(config, client_urls, initial, &answers, saved);
+        return super::force::boot(config, client_urls, initial, &answers, saved).map_err(Refused);
     }
     // Holding saved state while no member leads: the whole cluster may be
     // coming back; wait for it to resume (`resume.rs`).
@@ -76,15 +101,16 @@ pub async fn bootstrap(
         match waited {
             Waited::Resume(None) => {
                 return super::force::resume(config, client_urls, initial, &answers, s)
+                    .map_err(Refused)
             }
             Waited::Resume(Some(newer)) => {
                 let boot = super::force::resume(config, client_urls, initial, &answers, &newer);
                 *saved_state = Some(*newer);
-                return boot;
+                return boot.map_err(Refused);
             }
             Waited::Running => {}
             Waited::GaveUp(failed) => {
-                return Err(format!(
+                return Err(Held(format!(
                     "no member answered with a leader within {:?} while this member holds a \
                      saved state of the cluster (token {:?}){}. {}",
                     super::resume::PATIENCE,
@@ -100,35 +126,35 @@ pub async fn bootstrap(
                         (false, _) => String::new(),
                     },
                     resume_way(s)
-                ))
+                )))
             }
         }
     }
     if saved.is_none() {
         answers = wait_for_election(config, id, answers).await;
     }
-    let start = check_restart(config, id, &answers).map_err(|e| match saved {
+    let start = check_restart(config, id, &answers).map_err(|e| match (e, saved) {
         // The refusal of a majority restarted without state: with saved
         // state the way out is a resume, not an empty forced cluster.
-        Some(s) if e.contains("--force-new-cluster") => format!(
+        (Held(e), Some(s)) if e.contains("--force-new-cluster") => Held(format!(
             "this member ran in the cluster with token {:?} before and no member that \
              answers has a leader ({}): a majority may have lost its raft state, and forming \
              the cluster anew could lose acknowledged writes, so ephd refuses to start. {}",
             config.token,
             super::force::holdings(&answers),
             resume_way(s)
-        ),
-        _ => e,
+        )),
+        (e, _) => e,
     })?;
     if let Some(s) = saved {
         if matches!(start, Start::New) {
-            return Err(format!(
+            return Err(Held(format!(
                 "no member that answers has a leader, and this member holds a saved state of \
                  the cluster (token {:?}) in --data-dir: the cluster ran before. Forming it \
                  anew would start empty and drop that state, so ephd refuses to start. {}",
                 config.token,
                 resume_way(s)
-            ));
+            )));
         }
         tracing::info!(
             saved = %s.describe(),
@@ -140,7 +166,7 @@ pub async fn bootstrap(
         Start::Rejoin { old, refusal } => {
             return rejoin_patiently(config, (old, refusal), answers, client_urls).await
         }
-        Start::Join => return start_as_added(config, client_urls).await,
+        Start::Join => return start_as_added(config, client_urls).await.map_err(Refused),
     }
     Ok(Boot {
         id,
@@ -212,7 +238,7 @@ async fn rejoin_patiently(
     (mut old, mut refusal): (u64, String),
     mut answers: Vec<(String, ProbeResponse)>,
     client_urls: Vec<String>,
-) -> Result<Boot, String> {
+) -> Result<Boot, NotStarted> {
     let id = config.member_id();
     let deadline = tokio::time::Instant::now() + rejoin::PATIENCE;
     let pause = (config.election / 4).max(Duration::from_millis(50));
@@ -224,7 +250,9 @@ async fn rejoin_patiently(
         match rejoin::rejoin(config, old, &answers, client_urls.clone(), removed_already).await {
             Ok(boot) => return Ok(boot),
             Err(Refused::Final(why)) => {
-                return Err(format!("{refusal} (the automatic rejoin failed: {why})"))
+                return Err(NotStarted::Refused(format!(
+                    "{refusal} (the automatic rejoin failed: {why})"
+                )))
             }
             Err(Refused::Transient { why: w, sent: s }) => {
                 sent |= s;
@@ -237,10 +265,10 @@ async fn rejoin_patiently(
         // Probe and decide again, until there is something to try.
         loop {
             if tokio::time::Instant::now() >= deadline {
-                return Err(format!(
+                return Err(NotStarted::Held(format!(
                     "{refusal} (the automatic rejoin did not finish within {:?}: {why})",
                     rejoin::PATIENCE
-                ));
+                )));
             }
             tokio::time::sleep(pause).await;
             answers = probe(config, id).await;
@@ -252,7 +280,11 @@ async fn rejoin_patiently(
                     (old, refusal, removed_already) = (o, r, false);
                     break;
                 }
-                Ok(Start::Join) => return start_as_added(config, client_urls).await,
+                Ok(Start::Join) => {
+                    return start_as_added(config, client_urls)
+                        .await
+                        .map_err(NotStarted::Refused)
+                }
                 Err(_) if removed_by_us && answers.iter().any(|(_, r)| r.leader != 0) => {
                     removed_already = true;
                     break;
@@ -344,7 +376,7 @@ fn check_restart(
     config: &ClusterConfig,
     id: u64,
     answers: &[(String, ProbeResponse)],
-) -> Result<Start, String> {
+) -> Result<Start, NotStarted> {
     let hex = format!("{id:x}");
     // When a member answering has a leader, the working cluster's members
     // speak for it (an old member cut off from it, or left over after
@@ -363,11 +395,11 @@ fn check_restart(
         Some((_, r)) if r.urls_member != id => return Ok(Start::Join),
         _ => {
             if let Some((url, _)) = answers.iter().find(|(_, r)| r.asker_removed) {
-                return Err(format!(
+                return Err(NotStarted::Refused(format!(
                     "member {hex} was removed from the cluster (as the member at {url} \
                      says): a removed ID never joins again. Add this member anew with \
                      MemberAdd and start it with --initial-cluster-state existing"
-                ));
+                )));
             }
             answers
                 .iter()
@@ -383,7 +415,7 @@ fn check_restart(
         // Members wait to resume saved state (`resume.rs`) and this one holds
         // none: forming the cluster anew would start it empty beside them.
         if let Some((url, r)) = answers.iter().find(|(_, r)| r.resuming) {
-            return Err(format!(
+            return Err(NotStarted::Held(format!(
                 "the member at {url} (member {:x}) waits to resume its saved state (revision {}), \
                  but this member holds none (no --data-dir, or its file is gone): the cluster \
                  resumes through the first member of --initial-cluster, from the newest saved \
@@ -391,11 +423,11 @@ fn check_restart(
                  start the member whose saved state has the highest raft index alone with \
                  --force-new-cluster, then start this one again",
                 r.member_id, r.revision
-            ));
+            )));
         }
         return Ok(Start::New);
     };
-    Err(format!(
+    Err(NotStarted::Held(format!(
         "member {old:x} ({}) has already run in the cluster with token {:?} (as the member at \
          {url} says) and this process starts without its raft state, while no member that \
          answers has a leader: a majority of the cluster may have lost its state. Forming \
@@ -410,7 +442,7 @@ fn check_restart(
         config.name,
         config.token,
         super::force::holdings(&answers),
-    ))
+    )))
 }
 
 /// How a whole cluster resumes from saved state, said to a member that

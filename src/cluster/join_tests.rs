@@ -1,7 +1,7 @@
 //! How a member started with `--initial-cluster-state new` decides, from
 //! the other members' probe answers, to start, rejoin, join or refuse.
 
-use super::{check_restart, Start};
+use super::{check_restart, NotStarted, Start};
 use crate::config::{member_id, ClusterConfig, Member};
 use crate::proto::ephd::internal::ProbeResponse;
 use std::time::Duration;
@@ -52,7 +52,7 @@ fn says(from: u64, leader: u64, urls: Option<(u64, bool)>) -> (String, ProbeResp
     (format!("http://peer-{from:x}:2380"), r)
 }
 
-fn decide(answers: &[(String, ProbeResponse)]) -> Result<Start, String> {
+fn decide(answers: &[(String, ProbeResponse)]) -> Result<Start, NotStarted> {
     let c = config();
     check_restart(&c, c.member_id(), answers)
 }
@@ -99,12 +99,16 @@ fn urls_added_and_not_started_join_as_that_member() {
 fn a_removed_member_and_a_lost_majority_are_refused() {
     let mut removed = says(2, 2, None);
     removed.1.asker_removed = true;
-    let e = decide(&[removed]).err().expect("removed");
+    // Removed: final, whatever the others do later.
+    let Some(NotStarted::Refused(e)) = decide(&[removed]).err() else {
+        panic!("a removed member is refused for good");
+    };
     assert!(e.contains("was removed from the cluster"), "{e}");
+    // A lost majority: held until members return.
     let me = config().member_id();
-    let e = decide(&[says(2, 0, Some((me, true)))])
-        .err()
-        .expect("no leader");
+    let Some(NotStarted::Held(e)) = decide(&[says(2, 0, Some((me, true)))]).err() else {
+        panic!("a member beside a leaderless minority is held");
+    };
     assert!(
         e.contains("a majority of the cluster may have lost its state"),
         "{e}"
@@ -121,7 +125,10 @@ fn members_without_the_leader_do_not_speak_for_a_working_cluster() {
     let mut working = says(3, 3, None);
     working.1.asker_removed = true;
     let e = decide(&[old, working]).err().expect("removed");
-    assert!(e.contains("was removed"), "{e}");
+    assert!(
+        matches!(&e, NotStarted::Refused(why) if why.contains("was removed")),
+        "{e:?}"
+    );
 }
 
 #[test]
@@ -132,8 +139,11 @@ fn a_member_without_saved_state_beside_members_waiting_to_resume_refuses() {
     waiting.1.resuming = true;
     waiting.1.revision = 77;
     let e = match decide(&[waiting.clone()]) {
-        Err(e) => e,
-        Ok(_) => panic!("started beside a member waiting to resume"),
+        Err(NotStarted::Held(e)) => e,
+        other => panic!(
+            "started or refused for good beside a member waiting to resume: {:?}",
+            other.err()
+        ),
     };
     assert!(
         e.contains("waits to resume its saved state (revision 77)") && e.contains("holds none"),

@@ -97,7 +97,7 @@ mod waiters;
 pub use catchup::{LogCounters, DEFAULT_CATCHUP_ENTRIES, DEFAULT_SNAPSHOT_COUNT};
 pub use initial_gate::{initialized, WritesWaitFor};
 pub use input::Progress;
-pub use join::{bootstrap, membership_service, MembershipService};
+pub use join::{bootstrap, membership_service, MembershipService, NotStarted};
 pub use members::Boot;
 pub use membership::{MemberInfo, Membership};
 pub use node::Node;

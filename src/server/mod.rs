@@ -5,9 +5,11 @@
 mod accept;
 mod bootstrap;
 mod crl_v1;
+mod held;
 mod initial;
 mod layered;
 mod limits;
+mod listeners;
 pub mod memory;
 mod peer_identity;
 mod responder;
@@ -18,6 +20,8 @@ mod tasks;
 mod tls;
 
 use bootstrap::{build_cluster_store, build_store};
+use held::{start_when_allowed, HeldStart};
+use listeners::{advertised, bind_all, Bound};
 use memory::MemoryPlan;
 use revisions::{guard_revisions, RevisionGuard};
 pub use revisions::{start_revision, COMPACT_REV_KEY};
@@ -43,7 +47,6 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 /// gRPC framing overhead etcd allows on top of `--max-request-bytes`.
@@ -109,47 +112,6 @@ async fn start_wal(
         "write-ahead log started"
     );
     Ok(wal)
-}
-
-/// A bound listener and whether it serves TLS.
-struct Bound {
-    addr: SocketAddr,
-    tls: bool,
-    listener: TcpListener,
-}
-
-async fn bind_all(urls: &[String]) -> Result<Vec<Bound>, String> {
-    let mut out = Vec::new();
-    for url in urls.iter().filter(|u| !u.trim().is_empty()) {
-        let (addr, tls) = listen_addr(url)?;
-        let listener = TcpListener::bind(addr)
-            .await
-            .map_err(|e| format!("cannot listen on {url}: {e}"))?;
-        let local = listener.local_addr().map_err(|e| e.to_string())?;
-        out.push(Bound {
-            addr: local,
-            tls,
-            listener,
-        });
-    }
-    Ok(out)
-}
-
-/// The client URLs to advertise when none are configured: the listen URLs
-/// as written, except that one with port 0 (a free port, as embedded and
-/// test servers ask for) names the port actually bound, since clients
-/// learn the endpoints from MemberList.
-fn advertised(listen: &[String], bound: &[Bound]) -> Vec<String> {
-    let listen = listen.iter().filter(|u| !u.trim().is_empty());
-    listen
-        .zip(bound)
-        .map(|(url, b)| match listen_addr(url) {
-            Ok((addr, tls)) if addr.port() == 0 => {
-                format!("{}://{}", if tls { "https" } else { "http" }, b.addr)
-            }
-            _ => url.clone(),
-        })
-        .collect()
 }
 
 /// How often the gRPC health service re-runs the readiness checks.
@@ -253,6 +215,13 @@ impl Server {
         if config.advertise_client_urls.is_empty() {
             config.advertise_client_urls = advertised(&config.listen_client_urls, &listeners);
         }
+        let http_listeners = bind_all(&config.listen_metrics_urls).await?;
+        if http_listeners.iter().any(|b| b.tls) {
+            return Err(
+                "--listen-metrics-urls must be http:// (serve them on a private address)"
+                    .to_string(),
+            );
+        }
         // Cluster mode: learn this member's ID (and check it may start)
         // from the other members first.
         let mut saved = bootstrap::load_saved(&config)?;
@@ -284,10 +253,10 @@ impl Server {
                             }
                             _ => None,
                         };
-                        // The seed of a whole-cluster resume may replace
-                        // `saved` with a newer member's (`cluster/newest.rs`).
-                        let boot =
-                            crate::cluster::bootstrap(c, config.advertised_urls(), &mut saved);
+                        let live_tls = tls.as_ref().map(tls::Reloader::live);
+                        let boot = start_when_allowed(c, &config, &mut saved, |reason| {
+                            HeldStart::serve(&listeners, &http_listeners, live_tls.clone(), reason)
+                        });
                         let boot = boot.await;
                         if let Some(r) = responding {
                             r.stop().await;
@@ -332,13 +301,6 @@ impl Server {
             config.watch_progress_notify_interval
         };
         config.auto_compaction()?;
-        let http_listeners = bind_all(&config.listen_metrics_urls).await?;
-        if http_listeners.iter().any(|b| b.tls) {
-            return Err(
-                "--listen-metrics-urls must be http:// (serve them on a private address)"
-                    .to_string(),
-            );
-        }
         let peer_tls = match config.cluster.as_ref().and_then(|c| c.peer_tls.as_ref()) {
             Some(peer) => {
                 let mut reloader = tls::Reloader::for_peers(peer)?;

@@ -4,7 +4,8 @@
 //! service exist. Stopped (and the listeners closed) before the member
 //! binds them for good.
 
-use super::{accept, bind_all, tls, Bound};
+use super::listeners::{bind_all, Bound};
+use super::{accept, tls};
 use crate::cluster::saved::Saved;
 use crate::config::ClusterConfig;
 use std::time::Duration;

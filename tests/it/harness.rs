@@ -23,6 +23,8 @@ use tonic::transport::Channel;
 
 /// How long a freshly spawned server may take to answer its first request.
 pub const START_TIMEOUT: Duration = Duration::from_secs(10);
+/// What a cluster member logs when the other members hold its start.
+pub const HELD_LOG: &str = "start held:";
 
 /// Upper bound for any single gRPC round trip made by the harness itself.
 pub const RPC_TIMEOUT: Duration = Duration::from_secs(5);
@@ -128,11 +130,27 @@ impl ServerProcess {
     /// it serves and, for etcd, has elected itself leader). Returns the error
     /// text if the process exited or `START_TIMEOUT` passed.
     pub(crate) fn wait_ready(&mut self, endpoint: &str) -> Result<(), String> {
-        let deadline = Instant::now() + START_TIMEOUT;
+        self.wait_ready_within(endpoint, START_TIMEOUT, true)
+    }
+
+    /// [`ServerProcess::wait_ready`] for up to `limit`; a held start ends
+    /// the wait only if `held_fails`.
+    pub(crate) fn wait_ready_within(
+        &mut self,
+        endpoint: &str,
+        limit: Duration,
+        held_fails: bool,
+    ) -> Result<(), String> {
+        let deadline = Instant::now() + limit;
         let mut last_err = String::from("no attempt made");
         while Instant::now() < deadline {
             if let Ok(Some(status)) = self.child.try_wait() {
                 return Err(format!("{} exited early with {status}", self.what));
+            }
+            // A cluster member whose start the others hold (it waits for
+            // them, serving only its reason) counts as not started.
+            if held_fails && self.logs().contains(HELD_LOG) {
+                return Err(format!("{} holds its start", self.what));
             }
             match probe_ready(endpoint) {
                 Ok(()) => return Ok(()),
@@ -141,7 +159,7 @@ impl ServerProcess {
             std::thread::sleep(Duration::from_millis(50));
         }
         Err(format!(
-            "{} at {endpoint} not ready within {START_TIMEOUT:?}: {last_err}",
+            "{} at {endpoint} not ready within {limit:?}: {last_err}",
             self.what
         ))
     }
@@ -393,6 +411,11 @@ pub struct ClusterMember {
 }
 
 impl ClusterMember {
+    /// The port of this member's etcd API (gRPC, and HTTP/1.1 beside it).
+    pub fn client_port(&self) -> u16 {
+        self.client_port
+    }
+
     /// The port of this member's HTTP endpoints (`/health`, `/readyz`, ...).
     pub fn metrics_port(&self) -> u16 {
         self.metrics_port

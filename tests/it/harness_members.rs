@@ -162,6 +162,50 @@ impl EphdCluster {
         self.spawn_member(name, state, i, peer, more)
     }
 
+    /// Restarts member `name` in slot `i` (in place, as
+    /// [`EphdCluster::start_member`]) and waits until the other members
+    /// hold its start ([`super::HELD_LOG`] in its log); it stays in its
+    /// slot, running but not serving. Its log if it served or ended
+    /// instead.
+    pub fn start_member_held(&mut self, name: &str, i: usize) -> Result<(), String> {
+        assert!(self.members[i].is_none(), "member {i} is still running");
+        let peer = self.peer_port(i);
+        let (client, metrics) = (free_port(), free_port());
+        let cmd = member_command(
+            name,
+            (client, peer, metrics),
+            &self.names.join(","),
+            &self.token,
+            "new",
+            &self.extra_args,
+            &self.scheme,
+        );
+        let mut process = ServerProcess::spawn("ephd cluster member", cmd);
+        let deadline = Instant::now() + super::START_TIMEOUT;
+        while !process.logs().contains(super::HELD_LOG) {
+            if Instant::now() >= deadline || process.wait_exit(Duration::from_millis(50)).is_some()
+            {
+                return Err(format!("{name}: no held start\n{}", process.logs()));
+            }
+        }
+        self.members[i] = Some(ClusterMember {
+            client_port: client,
+            metrics_port: metrics,
+            peer_port: peer,
+            process,
+        });
+        Ok(())
+    }
+
+    /// Waits up to `limit` until member `i`, whose start was held, serves.
+    pub fn wait_started(&mut self, i: usize, limit: Duration) -> Result<(), String> {
+        let m = self.members[i].as_mut().expect("member running");
+        let endpoint = m.endpoint();
+        m.process
+            .wait_ready_within(&endpoint, limit, false)
+            .map_err(|e| format!("{e}\n{}", m.process.logs()))
+    }
+
     /// Starts a new member `name` that MemberAdd added with peer URL
     /// `http://127.0.0.1:{peer}`, with `--initial-cluster-state existing`
     /// (see [`EphdCluster::start_member`]).

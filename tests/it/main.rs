@@ -17,6 +17,7 @@ mod cluster_data_dir;
 mod cluster_follower_writes;
 mod cluster_force;
 mod cluster_framed;
+mod cluster_held;
 mod cluster_initial;
 mod cluster_leader;
 mod cluster_leaderless;

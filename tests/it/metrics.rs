@@ -87,6 +87,101 @@ fn promtool() -> &'static str {
     }
 }
 
+/// Has promtool evaluate the alert rules in `rule_files` over a timeline
+/// in which every series of one real scrape (`text`) holds its value for
+/// `minutes` (with the labels a Prometheus scrape adds, and `up` 1), and
+/// asserts that at the end exactly `firing` alerts fire among `checked`,
+/// each with the `severity` given.
+pub(crate) fn assert_alerts_on_steady_scrape(
+    text: &str,
+    rule_files: &[&str],
+    minutes: usize,
+    checked: &[&str],
+    firing: &[(&str, &str)],
+) {
+    let promtool = promtool();
+    let scrape = parse(text);
+    let files: String = rule_files.iter().map(|f| format!("  - '{f}'\n")).collect();
+    let mut test = format!(
+        "rule_files:\n{files}evaluation_interval: 1m\ntests:\n  - interval: 1m\n    input_series:\n"
+    );
+    let steady = |series: &str, value: f64| {
+        let labelled = match series.split_once('{') {
+            Some((name, rest)) => format!("{name}{{job=\"etcd\",instance=\"ephd\",{rest}"),
+            None => format!("{series}{{job=\"etcd\",instance=\"ephd\"}}"),
+        };
+        format!("      - series: '{labelled}'\n        values: '{value}+0x{minutes}'\n")
+    };
+    for (series, &value) in &scrape.values {
+        test.push_str(&steady(series, value));
+    }
+    test.push_str(&steady("up", 1.0));
+    test.push_str("    alert_rule_test:\n");
+    for alert in checked {
+        test.push_str(&format!(
+            "      - eval_time: {minutes}m\n        alertname: {alert}\n        exp_alerts:"
+        ));
+        match firing.iter().find(|(name, _)| name == alert) {
+            Some((_, severity)) => {
+                test.push_str(&format!(
+                    "\n          - exp_labels: {{severity: {severity}, job: etcd, instance: ephd}}\n"
+                ));
+                let annotations = annotations_of(rule_files, alert);
+                if !annotations.is_empty() {
+                    test.push_str(&format!("            exp_annotations: {{{annotations}}}\n"));
+                }
+            }
+            None => test.push_str(" []\n"),
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("alerts-test.yml");
+    std::fs::write(&path, &test).unwrap();
+    let out = Command::new(promtool)
+        .args(["test", "rules"])
+        .arg(&path)
+        .output()
+        .expect("run promtool");
+    assert!(
+        out.status.success(),
+        "promtool test rules failed:\n{}\n{}\n{test}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The annotations of `alert` in `rule_files` as they read when it fires
+/// on the series of [`assert_alerts_on_steady_scrape`] (`$labels.instance`
+/// is `ephd`), written as the inside of a YAML flow mapping.
+fn annotations_of(rule_files: &[&str], alert: &str) -> String {
+    use yaml_rust2::YamlLoader;
+    for file in rule_files {
+        let text = std::fs::read_to_string(file).unwrap_or_else(|e| panic!("{file}: {e}"));
+        let docs = YamlLoader::load_from_str(&text).unwrap_or_else(|e| panic!("{file}: {e}"));
+        for group in docs[0]["groups"].as_vec().into_iter().flatten() {
+            for rule in group["rules"].as_vec().into_iter().flatten() {
+                if rule["alert"].as_str() != Some(alert) {
+                    continue;
+                }
+                let mut out = Vec::new();
+                for (k, v) in rule["annotations"].as_hash().into_iter().flatten() {
+                    let text = v
+                        .as_str()
+                        .unwrap_or_default()
+                        .replace("{{ $labels.instance }}", "ephd");
+                    out.push(format!(
+                        "{}: {}",
+                        k.as_str().unwrap_or_default(),
+                        serde_json::Value::String(text)
+                    ));
+                }
+                return out.join(", ");
+            }
+        }
+    }
+    String::new()
+}
+
 /// Minutes of each phase in the synthetic timeline given to promtool.
 const HEALTHY_MINUTES: usize = 20;
 const FAILING_MINUTES: usize = 25;
