@@ -269,24 +269,41 @@ impl Applier {
     }
 
     fn apply_one(&mut self, index: u64, term: u64, data: Bytes) {
-        match entry::decode(data) {
-            Ok(p) => {
-                // A term-checked entry (a lease revoke or checkpoint) that a
-                // later term committed was proposed by a deposed leader:
-                // every member sees the same terms, so every member refuses.
-                let result = if p.term != 0 && p.term != term {
-                    Err(Error::LeaderChanged)
-                } else {
-                    self.store.apply_replicated(p.entry)
-                };
-                self.gate.applied(&result);
-                if p.proposer == self.id {
-                    self.answers.push((p.proposal, result));
-                }
+        if let Some((proposer, proposal, result)) = apply_normal(&self.store, index, term, data) {
+            self.gate.applied(&result);
+            if proposer == self.id {
+                self.answers.push((proposal, result));
             }
-            // Every member fails the same way on the same bytes, so the
-            // stores stay the same; the proposer times out.
-            Err(e) => tracing::error!(index, error = %e, "raft entry skipped"),
+        }
+    }
+}
+
+/// Applies the data of a committed normal entry at `index` in `term` to
+/// `store`: every member, and a member replaying its log's committed
+/// entries into a forced cluster (`force.rs`), the same way. Returns who
+/// proposed it (member, proposal) and its result; None when the bytes do
+/// not decode, which every member finds alike (the proposer times out).
+pub(super) fn apply_normal(
+    store: &Store,
+    index: u64,
+    term: u64,
+    data: Bytes,
+) -> Option<(u64, u64, Result<Applied>)> {
+    match entry::decode(data) {
+        Ok(p) => {
+            // A term-checked entry (a lease revoke or checkpoint) that a
+            // later term committed was proposed by a deposed leader: every
+            // member sees the same terms, so every member refuses.
+            let result = if p.term != 0 && p.term != term {
+                Err(Error::LeaderChanged)
+            } else {
+                store.apply_replicated(p.entry)
+            };
+            Some((p.proposer, p.proposal, result))
+        }
+        Err(e) => {
+            tracing::error!(index, error = %e, "raft entry skipped");
+            None
         }
     }
 }

@@ -12,7 +12,10 @@
 //! cluster ID, with the others recorded as removed. Raft's configuration
 //! is this member alone, so it elects itself at once. With `--data-dir`
 //! it resumes its saved state (`saved.rs`; its ID found by its peer URLs
-//! in the saved member list). Without, an ephd process starts empty: the
+//! in the saved member list) and, as etcd keeps its WAL's committed
+//! entries, the entries its trusted Raft log committed after that state
+//! (`restart::forced_tail`, applied by [`replay_tail`]); entries past the
+//! log's commit index were never acknowledged and are dropped. Without, an ephd process starts empty: the
 //! new cluster starts with no data (and a fresh initial revision, above
 //! every earlier one), and the writes the old cluster's running members
 //! still hold in memory are not carried over; the startup log says which
@@ -30,19 +33,35 @@ use super::members::Boot;
 use super::membership::{Change, MemberInfo, Membership};
 use super::saved::Saved;
 use crate::config::ClusterConfig;
+use crate::mvcc::Store;
 use crate::proto::ephd::internal::ProbeResponse;
+use protobuf::Message as _;
+use raft::prelude::{ConfChange, Entry, EntryType};
 
 /// What a member started with `--force-new-cluster` starts with, given
-/// what the other members answered (`answers`, by peer URL), or why it
-/// refuses.
+/// what the other members answered (`answers`, by peer URL) and the
+/// committed entries its Raft log holds after `saved` (`tail`,
+/// `restart::forced_tail`), or why it refuses.
 pub(super) fn boot(
     config: &ClusterConfig,
     client_urls: Vec<String>,
     initial: Membership,
     answers: &[(String, ProbeResponse)],
-    saved: Option<&Saved>,
+    (saved, tail): (Option<&Saved>, &[Entry]),
 ) -> Result<Boot, String> {
-    forced(config, client_urls, initial, answers, saved, false)
+    forced(config, client_urls, initial, answers, (saved, tail), false)
+}
+
+/// Applies the normal entries of a forced member's `tail` to `store`
+/// (restored from its saved state, before its revisions move up), through
+/// the apply path every member applies committed entries with.
+pub fn replay_tail(store: &Store, tail: &[Entry]) {
+    for e in tail {
+        if e.get_entry_type() == EntryType::EntryNormal && !e.get_data().is_empty() {
+            let data = bytes::Bytes::copy_from_slice(e.get_data());
+            super::apply_loop::apply_normal(store, e.get_index(), e.get_term(), data);
+        }
+    }
 }
 
 /// The seed of a whole cluster resuming its saved state (`resume.rs`): as
@@ -57,7 +76,14 @@ pub(super) fn resume(
     answers: &[(String, ProbeResponse)],
     saved: &Saved,
 ) -> Result<Boot, String> {
-    forced(config, client_urls, initial, answers, Some(saved), true)
+    forced(
+        config,
+        client_urls,
+        initial,
+        answers,
+        (Some(saved), &[]),
+        true,
+    )
 }
 
 fn forced(
@@ -65,7 +91,7 @@ fn forced(
     client_urls: Vec<String>,
     initial: Membership,
     answers: &[(String, ProbeResponse)],
-    saved: Option<&Saved>,
+    (saved, tail): (Option<&Saved>, &[Entry]),
     relearn: bool,
 ) -> Result<Boot, String> {
     let mut id = config.member_id();
@@ -108,18 +134,46 @@ fn forced(
             "--force-new-cluster resumes from this member's saved state"
         );
     }
+    // The log's committed entries after it: their membership changes here,
+    // their writes by `replay_tail`.
+    for e in tail {
+        if e.get_entry_type() == EntryType::EntryConfChange {
+            let change = ConfChange::parse_from_bytes(e.get_data())
+                .map_err(|e| e.to_string())
+                .and_then(|cc| Change::from_conf_change(&cc).map_err(|e| e.to_string()));
+            match change {
+                Ok((change, _, _)) => {
+                    let _ = initial.apply(&change);
+                }
+                Err(why) => tracing::error!(error = %why, "membership change skipped"),
+            }
+        }
+    }
+    if let Some(last) = tail.last() {
+        resume = Some((last.get_index(), last.get_term()));
+    }
     let forced = alone(&initial, id, relearn.then_some(config.token.as_str()));
     let removed: Vec<String> = initial
         .members()
         .filter(|m| m.id != id)
         .map(|m| format!("{:x}", m.id))
         .collect();
-    let lost = if saved.is_some() {
-        "The new cluster holds this member's saved state; writes after it was saved are \
-         lost, and so is what only the old members listed here hold."
-    } else {
-        "This process holds no data, so the new cluster starts empty: every write of the \
-         old cluster is lost, including what the old members listed here still hold."
+    let lost = match (saved.is_some(), tail.last()) {
+        (_, Some(last)) => format!(
+            "The new cluster holds this member's saved state and the {} committed entries its \
+             raft log holds after it (to index {}); what only the old members listed here \
+             hold beyond that is lost.",
+            tail.len(),
+            last.get_index()
+        ),
+        (true, None) => "The new cluster holds this member's saved state; writes after it \
+                         was saved are lost, and so is what only the old members listed here \
+                         hold."
+            .to_string(),
+        (false, None) => "This process holds no data, so the new cluster starts empty: \
+                          every write of the old cluster is lost, including what the old \
+                          members listed here still hold."
+            .to_string(),
     };
     tracing::warn!(
         member_id = %format_args!("{id:x}"),
@@ -233,13 +287,70 @@ mod tests {
     fn a_forced_member_is_alone_with_its_ids_and_the_others_removed() {
         let c = config("a");
         let (a, b, cc) = (c.members[0].id, c.members[1].id, c.members[2].id);
-        let boot = boot(&c, vec![], initial(&c), &[answer(cc, 0)], None).unwrap();
+        let boot = boot(&c, vec![], initial(&c), &[answer(cc, 0)], (None, &[])).unwrap();
         assert_eq!((boot.id, boot.cluster_id), (a, c.cluster_id()));
         let ids: Vec<u64> = boot.initial.members().map(|m| m.id).collect();
         assert_eq!(ids, [a]);
         assert!(boot.initial.is_removed(b) && boot.initial.is_removed(cc));
         assert_eq!(boot.initial.conf_state().get_voters(), [a]);
         assert_eq!(boot.current, boot.initial);
+    }
+
+    fn put_entry(index: u64, term: u64, key: &str) -> Entry {
+        let put = crate::mvcc::Entry::Put(crate::mvcc::PutRequest {
+            key: bytes::Bytes::copy_from_slice(key.as_bytes()),
+            value: bytes::Bytes::from_static(b"v"),
+            ..Default::default()
+        });
+        let mut e = Entry::default();
+        e.set_entry_type(EntryType::EntryNormal);
+        e.set_index(index);
+        e.set_term(term);
+        e.set_data(crate::entry_bytes::encode(1, index, 0, put).into());
+        e
+    }
+
+    #[test]
+    fn the_committed_tail_of_the_log_is_carried_into_the_forced_cluster() {
+        let c = config("a");
+        let a = c.members[0].id;
+        // The log after the saved state: two writes and a member added.
+        let added = MemberInfo {
+            id: 77,
+            name: String::new(),
+            peer_urls: vec!["http://10.0.0.9:2380".into()],
+            client_urls: Vec::new(),
+            is_learner: false,
+        };
+        let mut conf = Entry::default();
+        conf.set_entry_type(EntryType::EntryConfChange);
+        conf.set_index(2);
+        conf.set_term(1);
+        conf.set_data(
+            Change::Add(added)
+                .to_conf_change(a, 1)
+                .write_to_bytes()
+                .unwrap()
+                .into(),
+        );
+        let tail = [put_entry(1, 1, "k1"), conf, put_entry(3, 2, "k2")];
+        let boot = boot(&c, vec![], initial(&c), &[], (None, &tail)).unwrap();
+        assert_eq!(boot.resume, Some((3, 2)));
+        // The member the tail added is removed with the others.
+        assert_eq!(boot.initial.conf_state().get_voters(), [a]);
+        assert!(boot.initial.is_removed(77));
+        let store = Store::new(crate::mvcc::StoreConfig::default());
+        replay_tail(&store, &tail);
+        assert_eq!(store.current_revision(), 3);
+        for key in ["k1", "k2"] {
+            let found = store
+                .range(&crate::mvcc::RangeRequest {
+                    key: bytes::Bytes::copy_from_slice(key.as_bytes()),
+                    ..Default::default()
+                })
+                .unwrap();
+            assert_eq!(found.kvs.len(), 1, "{key}");
+        }
     }
 
     #[test]
@@ -270,7 +381,7 @@ mod tests {
             path: "/x/ephd-cluster.snap".into(),
             written_unix: 0,
         };
-        let boot = boot(&c, vec![], initial(&c), &[], Some(&saved)).unwrap();
+        let boot = boot(&c, vec![], initial(&c), &[], (Some(&saved), &[])).unwrap();
         assert_eq!((boot.id, boot.resume), (99, Some((40, 3))));
         assert_eq!(boot.initial.conf_state().get_voters(), [99]);
         assert!(boot.initial.is_removed(a) && boot.initial.is_removed(b));
@@ -314,7 +425,7 @@ mod tests {
             vec![],
             initial(&c),
             &[answer(cc, 0), answer(b, cc)],
-            None,
+            (None, &[]),
         )
         .unwrap_err();
         assert!(

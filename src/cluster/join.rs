@@ -73,7 +73,8 @@ impl NotStarted {
 /// `--initial-cluster` for a new cluster (after checking that no running
 /// cluster knows this ID), or from the running members when joining.
 /// `saved`: this member's state from `--data-dir` (`saved.rs`), used by
-/// `--force-new-cluster` and by the seed of a whole-cluster resume, which
+/// `--force-new-cluster` (with `forced_tail`, the committed entries its
+/// Raft log holds after it, `restart::forced_tail`) and by the seed of a whole-cluster resume, which
 /// replaces it with a newer one it fetched from a waiting member
 /// (`newest.rs`); otherwise it makes a member that would form the cluster
 /// anew refuse (the cluster ran before).
@@ -81,6 +82,7 @@ pub async fn bootstrap(
     config: &ClusterConfig,
     client_urls: Vec<String>,
     saved_state: &mut Option<Saved>,
+    forced_tail: &[raft::prelude::Entry],
 ) -> Result<Boot, NotStarted> {
     use NotStarted::{Held, Refused};
     let saved = saved_state.as_ref();
@@ -91,7 +93,8 @@ pub async fn bootstrap(
     let id = config.member_id();
     let mut answers = probe(config, id).await;
     if config.force_new_cluster {
-        return super::force::boot(config, client_urls, initial, &answers, saved).map_err(Refused);
+        return super::force::boot(config, client_urls, initial, &answers, (saved, forced_tail))
+            .map_err(Refused);
     }
     // Holding saved state while no member leads: the whole cluster may be
     // coming back; wait for it to resume (`resume.rs`).
@@ -458,8 +461,9 @@ fn resume_way(saved: &Saved) -> String {
          becomes a one-member cluster holding that state (revisions continue above every \
          earlier one with --revision-continuity); then add each other member back \
          (`etcdctl member add`) and start it with --initial-cluster-state existing. Writes \
-         after that state was saved, and what only the other members' files hold, are \
-         lost. To start an empty cluster instead, remove the file",
+         after that state was saved that its raft log (--wal) does not hold committed, and \
+         what only the other members' files hold, are lost. To start an empty cluster \
+         instead, remove the file",
         saved.describe()
     )
 }

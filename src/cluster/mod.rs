@@ -95,6 +95,7 @@ mod transport;
 mod waiters;
 
 pub use catchup::{LogCounters, DEFAULT_CATCHUP_ENTRIES, DEFAULT_SNAPSHOT_COUNT};
+pub use force::replay_tail as replay_forced_tail;
 pub use initial_gate::{initialized, WritesWaitFor};
 pub use input::Progress;
 pub use join::{bootstrap, membership_service, MembershipService, NotStarted};

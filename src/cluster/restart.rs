@@ -116,6 +116,58 @@ pub fn from_log(
     Ok(Some(Restart { boot, log }))
 }
 
+/// What a member started with `--force-new-cluster` carries over from its
+/// Raft log, as etcd keeps the committed entries of its WAL: the entries
+/// after `saved` up to the log's commit index, when the log is trusted and
+/// continues `saved` (none otherwise, with a WARN saying why). The
+/// entries it held beyond the commit index were never acknowledged, and
+/// are dropped as etcd drops them. The log is set aside in every case: the
+/// new cluster's log starts clean.
+pub fn forced_tail(
+    config: &ClusterConfig,
+    settings: &LogSettings,
+    saved: Option<&Saved>,
+) -> Result<Vec<raft::prelude::Entry>, String> {
+    let read = wal::recover_raft_log(&settings.dir, &settings.boot_id).map_err(|e| {
+        format!(
+            "cannot read the raft log in {}: {e}",
+            settings.dir.display()
+        )
+    })?;
+    let Some(log) = read else {
+        return Ok(Vec::new());
+    };
+    let tail = continuing(config, settings, saved, &log).map(|(_, _, _, mut entries)| {
+        entries.retain(|e| e.index <= log.hard_state.commit);
+        entries
+    });
+    let aside = set_aside(&settings.dir)?;
+    match tail {
+        Ok(entries) => {
+            tracing::warn!(
+                log = %settings.dir.display(),
+                moved_to = %aside.display(),
+                entries = entries.len(),
+                commit = log.hard_state.commit,
+                "--force-new-cluster carries the committed entries of this member's raft \
+                 log after its saved state into the new cluster"
+            );
+            Ok(entries)
+        }
+        Err(why) => {
+            tracing::warn!(
+                log = %settings.dir.display(),
+                moved_to = %aside.display(),
+                reason = %why,
+                notes = ?log.notes,
+                "the raft log is not used by --force-new-cluster: the new cluster starts from \
+                 the saved state alone"
+            );
+            Ok(Vec::new())
+        }
+    }
+}
+
 type Usable = (
     wal::Identity,
     Membership,
@@ -132,11 +184,23 @@ fn usable(
     saved: Option<&Saved>,
     log: &RecoveredRaftLog,
 ) -> Result<Usable, String> {
+    if config.force_new_cluster {
+        return Err("--force-new-cluster starts a new cluster (forced_tail)".into());
+    }
+    continuing(config, settings, saved, log)
+}
+
+/// [`usable`] apart from `--force-new-cluster`: the log's identity, the
+/// membership at the saved state, its index and term, and the entries
+/// after it; or why the log cannot be trusted to continue `saved`.
+fn continuing(
+    config: &ClusterConfig,
+    settings: &LogSettings,
+    saved: Option<&Saved>,
+    log: &RecoveredRaftLog,
+) -> Result<Usable, String> {
     if settings.mode == WalMode::None {
         return Err("--wal none: a log kept would be stale after this run".into());
-    }
-    if config.force_new_cluster {
-        return Err("--force-new-cluster starts a new cluster from the saved state".into());
     }
     if !log.trusted {
         return Err(format!(
@@ -203,10 +267,15 @@ mod tests {
 
     /// A log of `config`'s member with entries 1..=last in term 2.
     fn write_log(s: &LogSettings, c: &ClusterConfig, last: u64) {
+        write_log_committed(s, c, last, last);
+    }
+
+    /// [`write_log`] with the commit index at `commit`.
+    fn write_log_committed(s: &LogSettings, c: &ClusterConfig, last: u64, commit: u64) {
         let hs = HardState {
             term: 2,
             vote: c.member_id(),
-            commit: last,
+            commit,
             ..Default::default()
         };
         let mut log = RaftLog::start(
@@ -255,6 +324,29 @@ mod tests {
             path: "/d/ephd-cluster.snap".into(),
             written_unix: 1,
         }
+    }
+
+    #[test]
+    fn a_forced_member_carries_the_committed_entries_after_its_saved_state_and_sets_the_log_aside()
+    {
+        let dir = tempfile::tempdir().unwrap();
+        let c = ClusterConfig {
+            force_new_cluster: true,
+            ..config()
+        };
+        let s = settings(dir.path(), WalMode::Buffered, "boot-1");
+        write_log_committed(&s, &c, 9, 7);
+        let tail = forced_tail(&c, &s, Some(&saved_at(&c, 4, 2))).unwrap();
+        let indexes: Vec<u64> = tail.iter().map(|e| e.index).collect();
+        assert_eq!(indexes, [5, 6, 7], "committed entries only");
+        assert!(!s.dir.exists(), "the log is set aside");
+        // An untrusted log (another boot, buffered) carries nothing.
+        let s = settings(dir.path(), WalMode::Buffered, "boot-1");
+        write_log_committed(&s, &c, 9, 7);
+        let other_boot = settings(dir.path(), WalMode::Buffered, "boot-2");
+        let tail = forced_tail(&c, &other_boot, Some(&saved_at(&c, 4, 2))).unwrap();
+        assert!(tail.is_empty());
+        assert!(!s.dir.exists(), "the untrusted log is set aside too");
     }
 
     #[test]

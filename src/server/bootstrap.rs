@@ -613,16 +613,24 @@ pub(super) fn cluster_disk(
 /// by snapshot.
 pub(super) fn resume_cluster_store(
     store: &Store,
-    saved: Saved,
+    saved: Option<Saved>,
+    forced_tail: &[raft::prelude::Entry],
     continuity: bool,
 ) -> Result<(), String> {
-    let auth = match saved.snapshot.sections.auth.as_deref() {
-        Some(bytes) => crate::auth::AuthImage::decode(bytes)
-            .map_err(|e| format!("{}: its auth state: {e}", saved.path.display()))?,
-        None => crate::auth::AuthImage::pristine(),
+    let from = match saved {
+        Some(saved) => {
+            let auth = match saved.snapshot.sections.auth.as_deref() {
+                Some(bytes) => crate::auth::AuthImage::decode(bytes)
+                    .map_err(|e| format!("{}: its auth state: {e}", saved.path.display()))?,
+                None => crate::auth::AuthImage::pristine(),
+            };
+            store.install_image(saved.snapshot.image);
+            store.auth().install(auth);
+            saved.path.display().to_string()
+        }
+        None => "no saved state".to_string(),
     };
-    store.install_image(saved.snapshot.image);
-    store.auth().install(auth);
+    crate::cluster::replay_forced_tail(store, forced_tail);
     if continuity {
         let revision = crate::persist::wall_clock_ms().saturating_mul(REVISIONS_PER_MS);
         store
@@ -631,7 +639,8 @@ pub(super) fn resume_cluster_store(
     }
     tracing::info!(
         revision = store.current_revision(),
-        from = %saved.path.display(),
+        from = %from,
+        log_entries = forced_tail.len(),
         "resumed the saved cluster state"
     );
     Ok(())

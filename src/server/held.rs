@@ -58,7 +58,7 @@ const REMIND: Duration = Duration::from_secs(60);
 pub(super) async fn start_when_allowed(
     cluster: &ClusterConfig,
     config: &Config,
-    saved: &mut Option<Saved>,
+    (saved, forced_tail): (&mut Option<Saved>, &[raft::prelude::Entry]),
     hold: impl Fn(String) -> Result<HeldStart, String>,
 ) -> Result<Boot, String> {
     let mut held: Option<HeldStart> = None;
@@ -66,7 +66,8 @@ pub(super) async fn start_when_allowed(
     let outcome = loop {
         // The seed of a whole-cluster resume may replace `saved` with a
         // newer member's (`cluster/newest.rs`).
-        match crate::cluster::bootstrap(cluster, config.advertised_urls(), saved).await {
+        let urls = config.advertised_urls();
+        match crate::cluster::bootstrap(cluster, urls, saved, forced_tail).await {
             Ok(boot) => break Ok(boot),
             Err(NotStarted::Refused(why)) => break Err(why),
             Err(NotStarted::Held(why)) => {

@@ -227,11 +227,17 @@ impl Server {
         let mut saved = bootstrap::load_saved(&config)?;
         let log_settings = bootstrap::raft_log_settings(&config);
         let mut earlier_log = None;
+        let mut forced_tail = Vec::new();
         let member = match &config.cluster {
             Some(c) => {
                 // Peer TLS for every member this one dials, from now on.
                 crate::cluster::init_peer_tls(c.peer_tls.as_ref(), config.tls_reload_interval)?;
                 let restart = match &log_settings {
+                    Some(settings) if c.force_new_cluster => {
+                        forced_tail =
+                            crate::cluster::restart::forced_tail(c, settings, saved.as_ref())?;
+                        None
+                    }
                     Some(settings) => crate::cluster::restart::from_log(
                         c,
                         settings,
@@ -254,7 +260,8 @@ impl Server {
                             _ => None,
                         };
                         let live_tls = tls.as_ref().map(tls::Reloader::live);
-                        let boot = start_when_allowed(c, &config, &mut saved, |reason| {
+                        let start = (&mut saved, forced_tail.as_slice());
+                        let boot = start_when_allowed(c, &config, start, |reason| {
                             HeldStart::serve(&listeners, &http_listeners, live_tls.clone(), reason)
                         });
                         let boot = boot.await;
@@ -279,11 +286,13 @@ impl Server {
             }
             Some(b) => {
                 let store = build_cluster_store(&config, b.id, memory.space);
-                if let (true, Some(saved)) = (b.resume.is_some() || b.log.is_some(), saved) {
+                let resumed = b.resume.is_some() || b.log.is_some();
+                if resumed && (saved.is_some() || !forced_tail.is_empty()) {
                     // From its own log the member continues where it
-                    // stopped; a resumed cluster's revisions jump.
+                    // stopped; a resumed cluster's revisions jump (after a
+                    // forced member replayed its log's committed entries).
                     let jump = config.revision_continuity && b.log.is_none();
-                    bootstrap::resume_cluster_store(&store, saved, jump)?;
+                    bootstrap::resume_cluster_store(&store, saved, &forced_tail, jump)?;
                 }
                 (Arc::new(store), None, None)
             }

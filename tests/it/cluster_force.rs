@@ -184,6 +184,60 @@ async fn a_majority_restarted_without_state_is_refused_until_one_member_forces_a
     }
 }
 
+/// With `--data-dir`, a member forced after the whole cluster was killed
+/// keeps what its Raft log committed, as etcd keeps its WAL's committed
+/// entries: here every write, since no member saved its state yet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_forced_with_its_raft_log_keeps_every_write_the_log_committed() {
+    let root = tempfile::tempdir().unwrap();
+    let data_dir = format!("--data-dir={}/{{name}}", root.path().display());
+    let mut flags = ARGS.to_vec();
+    flags.extend(["--snapshot-interval=1h", data_dir.as_str()]);
+    let mut cluster = EphdCluster::start(3, &flags);
+    let (leader, _) = agreed_leader(&cluster, None).await;
+    let mut written = Vec::new();
+    for i in 0..50 {
+        let key = format!("k{i:02}");
+        written.push((
+            key.clone(),
+            put(cluster.member(leader).unwrap(), &key, "v").await,
+        ));
+    }
+    // m0 applied (so committed) the last write.
+    let last = written.last().unwrap().1;
+    let deadline = Instant::now() + SETTLE;
+    while linearizable_get(cluster.member(0).unwrap(), "k49")
+        .await
+        .1
+        .is_none()
+    {
+        assert!(Instant::now() < deadline, "m0 never saw the last write");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for i in 0..3 {
+        cluster.kill(i);
+    }
+    cluster
+        .start_member_with("m0", "new", Some(0), &["--force-new-cluster"])
+        .unwrap_or_else(|e| panic!("forced start: {e}"));
+    let m0 = cluster.member(0).unwrap();
+    let logs = m0.logs();
+    assert!(
+        logs.contains("committed entries of this member's raft log"),
+        "{logs}"
+    );
+    for (key, revision) in &written {
+        let (_, kv) = linearizable_get(m0, key).await;
+        assert_eq!(kv.map(|kv| kv.mod_revision), Some(*revision), "{key}");
+    }
+    let after = put(m0, "after", "v").await;
+    assert!(
+        after > last,
+        "revision {after} above the old cluster's {last}"
+    );
+    assert_eq!(members(m0).await.len(), 1);
+}
+
 #[tokio::test]
 async fn a_single_member_accepts_force_new_cluster_as_a_single_etcd_does() {
     let dir = tempfile::tempdir().unwrap();
