@@ -19,8 +19,16 @@ use crate::cluster_members::{add, caught_up, members};
 use crate::harness::{EphdCluster, Server};
 
 /// Concurrent writers: enough to keep thousands of writes a second in
-/// flight on two cores.
-const WRITERS: usize = 16;
+/// flight on two cores (`EPHD_CLUSTER_WAL_WRITERS` for more).
+fn writers() -> usize {
+    std::env::var("EPHD_CLUSTER_WAL_WRITERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(16)
+}
+
+/// Writes acknowledged in the window whose rate each kill round reports.
+const RATE_WINDOW: usize = 1000;
 
 fn args(root: &str) -> Vec<String> {
     let mut out: Vec<String> = TIMING.iter().map(|s| s.to_string()).collect();
@@ -58,7 +66,7 @@ impl Load {
         let clients = Arc::new(std::sync::RwLock::new(clients));
         let stop = Arc::new(AtomicBool::new(false));
         let acked = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let tasks = (0..WRITERS)
+        let tasks = (0..writers())
             .map(|w| {
                 let clients = clients.clone();
                 let (stop, count) = (stop.clone(), acked.clone());
@@ -179,6 +187,7 @@ async fn members_killed_under_writes_come_back_under_their_ids_with_every_acknow
     let load = Load::start(&cluster).await;
     load.progress(500, &cluster).await;
     let mut resumed = Vec::new();
+    let mut rates = Vec::new();
     for round in 0..rounds {
         let (leader, _) = agreed_leader(&cluster, None).await;
         // Odd rounds: the leader alone; even rounds: the leader and a
@@ -189,6 +198,9 @@ async fn members_killed_under_writes_come_back_under_their_ids_with_every_acknow
             vec![leader, (leader + 1) % 3]
         };
         load.progress(200, &cluster).await;
+        // The rate the members are killed under.
+        let window = load.progress(RATE_WINDOW, &cluster).await;
+        rates.push((RATE_WINDOW as f64 / window.as_secs_f64()) as u64);
         for &i in &killed {
             cluster.kill(i);
         }
@@ -215,9 +227,10 @@ async fn members_killed_under_writes_come_back_under_their_ids_with_every_acknow
     }
     let acked = load.finish().await;
     every_write_there(&cluster, &acked).await;
+    rates.sort_unstable();
     eprintln!(
-        "{rounds} rounds, {} writes acknowledged; writes resumed after (members killed, time \
-         from their restart): {resumed:?}",
+        "{rounds} rounds, {} writes acknowledged; killed under writes/s (sorted): {rates:?}; \
+         writes resumed after (members killed, time from their restart): {resumed:?}",
         acked.len()
     );
 }
