@@ -134,8 +134,9 @@ if any(fo.values()):
             w(f"{NAMES[s]} ran with extra flags: {', '.join(f'`{x}`' if x else 'none' for x in a)}.\n")
     w("| | runs | kills | longest gap ms | median gap ms (all kills) | per run: longest / median | "
       "new leader after ms (median) | longest gap while restarting ms | longest gap of the whole run ms | "
-      "restart until whole s (median) | write errors (all runs) |")
-    w("|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|")
+      "writes back after the restart began ms (median / longest) | restart until whole s (median) | "
+      "write errors (all runs) |")
+    w("|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|")
     fmed = {}
     for s, rs in fo.items():
         if not rs:
@@ -153,6 +154,8 @@ if any(fo.values()):
         w(f"| {NAMES[s]} | {len(rs)} | {len(kills)} | {fmt(fmed[s][0])} | {fmt(fmed[s][1])} | {per} | "
           f"{fmt(med([k.get('election_ms') for k in kills]))} | {fmt(max((k['recovery_gap_ms'] for k in kills), default=None))} | "
           f"{fmt(max((d.get('load_max_gap_ms') or 0 for d in rs), default=None))} | "
+          f"{fmt(med([k.get('resumed_after_restart_ms') for k in kills]))} / "
+          f"{fmt(max((k.get('resumed_after_restart_ms') or 0 for k in kills), default=None))} | "
           f"{fmt(med([k['recovery_s'] for k in kills]), 1)} | {sum(d.get('write_errors') or 0 for d in rs):,} |")
     w("")
     for n in notes:

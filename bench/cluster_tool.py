@@ -250,9 +250,15 @@ def failover(load_path, kills_path, extra):
                 best = max(best, g1 - g0)
         return round(best, 1)
 
+    def resumed_after(t):
+        """How long after t the first write was acknowledged: the end of
+        the gap that spans t, or 0 when writes went on through it."""
+        return round(max((g1 - t for g0, g1 in gaps if g0 <= t < g1), default=0.0), 1)
+
     for i, k in enumerate(kills):
         nxt = kills[i + 1]["kill_ms"] if i + 1 < len(kills) else load.get("end_unix_ms", k["whole_ms"])
         k["gap_ms"] = longest(k["kill_ms"], k["restart_ms"])
+        k["resumed_after_restart_ms"] = resumed_after(k["restart_ms"])
         # From the restart to the next kill: restart, catch-up, settling.
         k["recovery_gap_ms"] = longest(k["restart_ms"], nxt, midpoint=True)
         k["recovery_s"] = round((k["whole_ms"] - k["restart_ms"]) / 1000, 2)
@@ -264,6 +270,8 @@ def failover(load_path, kills_path, extra):
         "median_gap_ms": statistics.median(gm) if gm else None,
         "max_recovery_gap_ms": max((k["recovery_gap_ms"] for k in kills), default=None),
         "median_election_ms": statistics.median(el) if el else None,
+        "median_resumed_after_restart_ms": statistics.median(
+            [k["resumed_after_restart_ms"] for k in kills]) if kills else None,
         "gap_floor_ms": gap_min,
         "writes_acked": load.get("ops"), "write_errors": load.get("errors"),
         "error_kinds": load.get("error_kinds"), "error_samples": load.get("error_samples"),
