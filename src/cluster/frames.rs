@@ -263,10 +263,43 @@ impl FramedLink {
             Ok(Some((kind, _))) => Err(Status::internal(format!(
                 "a frame of unknown kind {kind} from the peer"
             ))),
-            Ok(None) => Err(Status::unavailable("the peer ended the framed lane")),
+            // A live member never ends a lane: its process is gone.
+            Ok(None) => Err(peer_gone("the peer ended the framed lane")),
             Err(e) => Err(Status::unavailable(e.to_string())),
         }
     }
+}
+
+/// The metadata key that marks a failure as the peer's process being gone.
+const PEER_GONE: &str = "ephd-peer-gone";
+
+/// An Unavailable `message` that says the peer's process is gone (its port
+/// refused the connection, or it ended a lane), not merely slow or cut off.
+pub(super) fn peer_gone(message: impl Into<String>) -> Status {
+    let mut status = Status::unavailable(message);
+    status
+        .metadata_mut()
+        .insert(PEER_GONE, tonic::metadata::MetadataValue::from_static("1"));
+    status
+}
+
+/// Whether a failed send says the peer's process is gone: marked so by
+/// [`peer_gone`], or (a gRPC stream's failure) caused by a refused
+/// connection.
+pub(super) fn says_peer_gone(status: &Status) -> bool {
+    if status.metadata().contains_key(PEER_GONE) {
+        return true;
+    }
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
+    while let Some(e) = cause {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            if io.kind() == std::io::ErrorKind::ConnectionRefused {
+                return true;
+            }
+        }
+        cause = e.source();
+    }
+    false
 }
 
 #[cfg(test)]

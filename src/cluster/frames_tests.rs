@@ -123,3 +123,32 @@ async fn a_refusal_is_still_read_after_the_write_that_found_the_lane_closed() {
     assert_eq!(status.message(), refused.message());
     assert!(removal::says_removed(&status), "read as a removal");
 }
+
+#[test]
+fn only_a_refused_connection_or_an_ended_lane_says_the_peer_is_gone() {
+    assert!(says_peer_gone(&peer_gone("the peer ended the framed lane")));
+    // A gRPC stream's failure, caused by a refused connection.
+    let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+    assert!(says_peer_gone(&Status::from_error(Box::new(refused))));
+    // Slow, cut off or reset: maybe alive.
+    assert!(!says_peer_gone(&Status::unavailable(
+        "Connection refused in the text only"
+    )));
+    let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+    assert!(!says_peer_gone(&Status::from_error(Box::new(reset))));
+    assert!(!says_peer_gone(&Status::deadline_exceeded("timed out")));
+}
+
+#[tokio::test]
+async fn dialling_a_port_nobody_listens_on_is_a_refusal() {
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let url = format!("http://127.0.0.1:{closed}");
+    let e = crate::cluster::peer_dial::connect_framed(None, &url, Duration::from_secs(2))
+        .await
+        .err()
+        .expect("nobody listens");
+    assert!(e.refused, "{}", e.message);
+}

@@ -188,7 +188,7 @@ pub(super) async fn connect_framed(
     dialer: Option<Arc<Dialer>>,
     url: &str,
     connect_timeout: Duration,
-) -> Result<(Box<dyn super::frames::PeerIo>, bool), String> {
+) -> Result<(Box<dyn super::frames::PeerIo>, bool), DialError> {
     let uri: Uri = url
         .parse()
         .map_err(|e| format!("invalid peer URL {url}: {e}"))?;
@@ -201,22 +201,23 @@ pub(super) async fn connect_framed(
         .to_string();
     let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
     let connecting = TcpStream::connect((host.as_str(), port));
-    let tcp = bounded(
-        connect_timeout,
-        connecting,
-        |e| format!("cannot connect to {url}: {e}"),
-        || format!("cannot connect to {url} within {connect_timeout:?}"),
-    )
-    .await?;
+    let tcp = match tokio::time::timeout(connect_timeout, connecting).await {
+        Ok(Ok(tcp)) => tcp,
+        Ok(Err(e)) => {
+            return Err(DialError {
+                refused: e.kind() == std::io::ErrorKind::ConnectionRefused,
+                message: format!("cannot connect to {url}: {e}"),
+            })
+        }
+        Err(_) => return Err(format!("cannot connect to {url} within {connect_timeout:?}").into()),
+    };
     tcp.set_nodelay(true)
         .map_err(|e| format!("cannot set TCP_NODELAY on the connection to {url}: {e}"))?;
     let dialer = match (https, dialer) {
         (false, _) => return Ok((Box::new(tcp), true)),
         (true, Some(dialer)) => dialer,
         (true, None) => {
-            return Err(format!(
-                "peer URL {url} is https:// but peer TLS is not set"
-            ))
+            return Err(format!("peer URL {url} is https:// but peer TLS is not set").into())
         }
     };
     let name =
@@ -233,6 +234,23 @@ pub(super) async fn connect_framed(
     .await?;
     let offered = tls.get_ref().1.alpn_protocol() == Some(super::frames::ALPN);
     Ok((Box::new(tls), offered))
+}
+
+/// Why a framed lane could not be dialled.
+#[derive(Debug)]
+pub(super) struct DialError {
+    pub message: String,
+    /// The peer's port refused the connection: no process listens there.
+    pub refused: bool,
+}
+
+impl From<String> for DialError {
+    fn from(message: String) -> DialError {
+        DialError {
+            message,
+            refused: false,
+        }
+    }
 }
 
 /// One step of dialling (`step`) within `limit`: its result, its error as

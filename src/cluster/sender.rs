@@ -449,7 +449,12 @@ async fn open_framed(
     let opening = async {
         let (io, offered) = peer_dial::connect_framed(to.tls.clone(), &to.url, CONNECT_TIMEOUT)
             .await
-            .map_err(|e| NotOpened::Failed(Status::unavailable(e)))?;
+            .map_err(|e| {
+                NotOpened::Failed(match e.refused {
+                    true => super::frames::peer_gone(e.message),
+                    false => Status::unavailable(e.message),
+                })
+            })?;
         if !offered {
             return Err(NotOpened::NotOffered);
         }
@@ -522,7 +527,9 @@ impl LaneState<'_> {
             }
             Err(e) => {
                 self.health.failed(*id);
-                if process_gone(&e) {
+                // A member stopping with SIGTERM hands its leadership over
+                // first; one whose process is gone cannot.
+                if super::frames::says_peer_gone(&e) {
                     // If it led, the lowest surviving voter campaigns now
                     // rather than after an election timeout.
                     let _ = self.to.inbox.try_send(Input::LeaderGone(*id));
@@ -535,15 +542,6 @@ impl LaneState<'_> {
         }
         true
     }
-}
-
-/// Whether a failed send says the peer's process is gone (its port
-/// refuses connections, or it closed the lane), not merely slow or cut
-/// off: a live member never closes a lane, and a member stopping with
-/// SIGTERM hands its leadership over first.
-fn process_gone(e: &Status) -> bool {
-    let text = e.message();
-    text.contains("Connection refused") || text.contains("ended the framed lane")
 }
 
 #[cfg(test)]
