@@ -16,7 +16,7 @@ use ephd::proto::etcdserverpb::{
 use tonic::transport::Channel;
 
 use crate::cluster::{agreed_leader, linearizable_get, put, SETTLE};
-use crate::cluster_members::{members, settled};
+use crate::cluster_members::{members, published, settled};
 use crate::harness::{ClusterMember, Ephd, EphdCluster, Server};
 use crate::support::within;
 
@@ -65,17 +65,7 @@ async fn a_majority_restarted_without_state_is_refused_until_one_member_forces_a
     // Every member has published itself: m0 knows they all ran (a member
     // killed before its publish commits, whose messages never reached the
     // member that answers, is not recognised: CLUSTER.md's limits).
-    let deadline = Instant::now() + SETTLE;
-    while members(cluster.member(0).unwrap())
-        .await
-        .iter()
-        .filter(|m| !m.client_ur_ls.is_empty())
-        .count()
-        < 3
-    {
-        assert!(Instant::now() < deadline, "members never published");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    published(cluster.member(0).unwrap(), 3).await;
 
     // One member restarted without state beside a working cluster: forcing
     // is refused (it would split the cluster).

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use ephd::proto::etcdserverpb::{PutRequest, StatusRequest};
 
 use crate::cluster::{agreed_leader, linearizable_get, put, status, SETTLE, TIMING};
-use crate::cluster_members::members;
+use crate::cluster_members::{members, published};
 use crate::harness::{EphdCluster, Server};
 use crate::metrics::assert_alerts_on_steady_scrape;
 use crate::operations::http_get;
@@ -35,17 +35,7 @@ async fn a_member_restarted_without_state_beside_a_leaderless_minority_holds_its
     let m0_id = status(cluster.member(0).unwrap()).await.unwrap().0;
     // Every member has published itself, so m0 knows m1 ran (CLUSTER.md's
     // limits: a member killed before its publish commits is not known).
-    let deadline = Instant::now() + SETTLE;
-    while members(cluster.member(0).unwrap())
-        .await
-        .iter()
-        .filter(|m| !m.client_ur_ls.is_empty())
-        .count()
-        < 3
-    {
-        assert!(Instant::now() < deadline, "members never published");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    published(cluster.member(0).unwrap(), 3).await;
 
     // Two of three killed: m0 is left without a leader.
     cluster.kill(1);

@@ -38,7 +38,7 @@ pub(crate) async fn members(m: &impl Server) -> Vec<Member> {
 
 /// Waits until `m` lists `n` members that have all published their name
 /// and client URLs.
-async fn published(m: &ClusterMember, n: usize) -> Vec<Member> {
+pub(crate) async fn published(m: &ClusterMember, n: usize) -> Vec<Member> {
     let deadline = Instant::now() + SETTLE;
     loop {
         let list = members(m).await;
