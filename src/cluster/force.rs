@@ -15,7 +15,8 @@
 //! in the saved member list) and, as etcd keeps its WAL's committed
 //! entries, the entries its trusted Raft log committed after that state
 //! (`restart::forced_tail`, applied by [`replay_tail`]); entries past the
-//! log's commit index were never acknowledged and are dropped. Without, an ephd process starts empty: the
+//! log's commit index were never acknowledged and are dropped. Without
+//! `--data-dir`, an ephd process starts empty: the
 //! new cluster starts with no data (and a fresh initial revision, above
 //! every earlier one), and the writes the old cluster's running members
 //! still hold in memory are not carried over; the startup log says which
@@ -35,8 +36,7 @@ use super::saved::Saved;
 use crate::config::ClusterConfig;
 use crate::mvcc::Store;
 use crate::proto::ephd::internal::ProbeResponse;
-use protobuf::Message as _;
-use raft::prelude::{ConfChange, Entry, EntryType};
+use raft::prelude::{Entry, EntryType};
 
 /// What a member started with `--force-new-cluster` starts with, given
 /// what the other members answered (`answers`, by peer URL) and the
@@ -138,10 +138,7 @@ fn forced(
     // their writes by `replay_tail`.
     for e in tail {
         if e.get_entry_type() == EntryType::EntryConfChange {
-            let change = ConfChange::parse_from_bytes(e.get_data())
-                .map_err(|e| e.to_string())
-                .and_then(|cc| Change::from_conf_change(&cc).map_err(|e| e.to_string()));
-            match change {
+            match Change::from_entry_data(e.get_data()) {
                 Ok((change, _, _)) => {
                     let _ = initial.apply(&change);
                 }
@@ -151,6 +148,13 @@ fn forced(
     }
     if let Some(last) = tail.last() {
         resume = Some((last.get_index(), last.get_term()));
+        // A rejoin in the tail may have given this member a new ID.
+        if let Some(mine) = initial
+            .members()
+            .find(|m| m.peer_urls == config.advertise_peer_urls)
+        {
+            id = mine.id;
+        }
     }
     let forced = alone(&initial, id, relearn.then_some(config.token.as_str()));
     let removed: Vec<String> = initial
@@ -257,6 +261,7 @@ pub(super) fn holdings(answers: &[(String, ProbeResponse)]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use protobuf::Message as _;
 
     fn config(name: &str) -> ClusterConfig {
         ClusterConfig {
@@ -322,17 +327,7 @@ mod tests {
             client_urls: Vec::new(),
             is_learner: false,
         };
-        let mut conf = Entry::default();
-        conf.set_entry_type(EntryType::EntryConfChange);
-        conf.set_index(2);
-        conf.set_term(1);
-        conf.set_data(
-            Change::Add(added)
-                .to_conf_change(a, 1)
-                .write_to_bytes()
-                .unwrap()
-                .into(),
-        );
+        let conf = conf_entry(2, Change::Add(added));
         let tail = [put_entry(1, 1, "k1"), conf, put_entry(3, 2, "k2")];
         let boot = boot(&c, vec![], initial(&c), &[], (None, &tail)).unwrap();
         assert_eq!(boot.resume, Some((3, 2)));
@@ -351,6 +346,42 @@ mod tests {
                 .unwrap();
             assert_eq!(found.kvs.len(), 1, "{key}");
         }
+    }
+
+    fn conf_entry(index: u64, change: Change) -> Entry {
+        let mut e = Entry::default();
+        e.set_entry_type(EntryType::EntryConfChange);
+        e.set_index(index);
+        e.set_term(1);
+        e.set_data(
+            change
+                .to_conf_change(1, index)
+                .write_to_bytes()
+                .unwrap()
+                .into(),
+        );
+        e
+    }
+
+    #[test]
+    fn a_rejoin_in_the_tail_gives_the_forced_member_its_new_id() {
+        let c = config("a");
+        let a = c.members[0].id;
+        let rejoined = MemberInfo {
+            id: 99,
+            name: String::new(),
+            peer_urls: c.advertise_peer_urls.clone(),
+            client_urls: Vec::new(),
+            is_learner: false,
+        };
+        let tail = [
+            conf_entry(1, Change::Remove(a)),
+            conf_entry(2, Change::Add(rejoined)),
+        ];
+        let boot = boot(&c, vec![], initial(&c), &[], (None, &tail)).unwrap();
+        assert_eq!(boot.id, 99);
+        assert_eq!(boot.initial.conf_state().get_voters(), [99]);
+        assert!(boot.initial.is_removed(a));
     }
 
     #[test]

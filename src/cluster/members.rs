@@ -12,7 +12,6 @@ use super::waiters::Waiters;
 use crate::config::ClusterConfig;
 use crate::error::{Error, Result};
 use parking_lot::RwLock;
-use protobuf::Message as _;
 use raft::prelude::ConfChange;
 use raft::{RawNode, StateRole};
 use std::sync::Arc;
@@ -168,14 +167,7 @@ pub(super) fn take(
 /// membership, hands Raft's part to the Raft thread, and answers the
 /// proposer.
 pub(super) fn apply_entry(members: &Members, me: u64, inbox: &Sender<Input>, data: &[u8]) {
-    let cc = match ConfChange::parse_from_bytes(data) {
-        Ok(cc) => cc,
-        Err(e) => {
-            tracing::error!(error = %e, "undecodable membership change skipped");
-            return;
-        }
-    };
-    let (change, proposer, proposal) = match Change::from_conf_change(&cc) {
+    let (change, proposer, proposal) = match Change::from_entry_data(data) {
         Ok(c) => c,
         Err(e) => {
             tracing::error!(error = %e, "membership change skipped");

@@ -174,6 +174,14 @@ impl Change {
         cc
     }
 
+    /// The change, proposer and proposal a committed conf change entry's
+    /// data holds (see [`Change::from_conf_change`]).
+    pub fn from_entry_data(data: &[u8]) -> Result<(Change, u64, u64), String> {
+        let cc = <ConfChange as protobuf::Message>::parse_from_bytes(data)
+            .map_err(|e| format!("undecodable membership change: {e}"))?;
+        Change::from_conf_change(&cc)
+    }
+
     /// The change a conf change entry carries, with its proposer and
     /// proposal number.
     pub fn from_conf_change(cc: &ConfChange) -> Result<(Change, u64, u64), String> {

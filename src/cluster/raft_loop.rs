@@ -184,13 +184,13 @@ fn run_round(slot: &mut Option<RaftLoop>) -> Round {
     round
 }
 
-/// The Raft state and what a round needs: owned by [`Core`], used by one
 /// How long an election with votes in sight is expected to take, in
 /// heartbeat intervals (the interval is about a round trip between
 /// members): a vote and its answer, then the winner's first append. A
 /// `hasleader` call waits that long for its outcome (`leadership.rs`).
 const ELECTION_WINDOW_HEARTBEATS: u32 = 2;
 
+/// The Raft state and what a round needs: owned by [`Core`], used by one
 /// thread at a time.
 pub(super) struct RaftLoop {
     pub(super) raw: RawNode<LogStore>,

@@ -106,10 +106,7 @@ pub(crate) fn assert_alerts_on_steady_scrape(
         "rule_files:\n{files}evaluation_interval: 1m\ntests:\n  - interval: 1m\n    input_series:\n"
     );
     let steady = |series: &str, value: f64| {
-        let labelled = match series.split_once('{') {
-            Some((name, rest)) => format!("{name}{{job=\"etcd\",instance=\"ephd\",{rest}"),
-            None => format!("{series}{{job=\"etcd\",instance=\"ephd\"}}"),
-        };
+        let labelled = scraped(series);
         format!("      - series: '{labelled}'\n        values: '{value}+0x{minutes}'\n")
     };
     for (series, &value) in &scrape.values {
@@ -182,6 +179,14 @@ fn annotations_of(rule_files: &[&str], alert: &str) -> String {
     String::new()
 }
 
+/// `series` with the labels a Prometheus scrape adds (`job`, `instance`).
+fn scraped(series: &str) -> String {
+    match series.split_once('{') {
+        Some((name, rest)) => format!("{name}{{job=\"etcd\",instance=\"ephd\",{rest}"),
+        None => format!("{series}{{job=\"etcd\",instance=\"ephd\"}}"),
+    }
+}
+
 /// Minutes of each phase in the synthetic timeline given to promtool.
 const HEALTHY_MINUTES: usize = 20;
 const FAILING_MINUTES: usize = 25;
@@ -196,10 +201,7 @@ const FAILING_MINUTES: usize = 25;
 fn input_series(start: &Scrape, healthy: &Scrape, failing: &Scrape) -> String {
     let mut out = String::from("    input_series:\n");
     let mut push = |series: &str, values: Vec<f64>| {
-        let labelled = match series.split_once('{') {
-            Some((name, rest)) => format!("{name}{{job=\"etcd\",instance=\"ephd\",{rest}"),
-            None => format!("{series}{{job=\"etcd\",instance=\"ephd\"}}"),
-        };
+        let labelled = scraped(series);
         let values: Vec<String> = values.iter().map(|v| format!("{v}")).collect();
         out.push_str(&format!(
             "      - series: '{labelled}'\n        values: '{}'\n",
