@@ -4,8 +4,11 @@
 //!
 //! # Layout
 //! ```text
-//! server/     wiring: listeners, TLS, services, shutdown; bootstrap and
+//! server/     wiring: listeners, services, shutdown; bootstrap and
 //!             background tasks (lease expiry, auto-compaction, snapshots).
+//! tls/        TLS on the client and peer listeners: certificates and CAs
+//!             reloaded while serving, revocation lists, the allowed peer
+//!             name, a certificate's fields for logs and auth.
 //! api/        gRPC adapters (tonic): convert, call the core, map errors. Thin.
 //! cluster/    cluster mode: the `Proposer` every mutation goes through (the
 //!             store itself for a single member, the Raft log otherwise),
@@ -44,7 +47,6 @@ pub mod auth;
 pub mod cluster;
 pub mod concurrency;
 pub mod config;
-mod der;
 pub mod embed;
 pub mod entry_bytes;
 pub mod error;
@@ -55,11 +57,10 @@ pub mod lease;
 pub mod logging;
 pub mod metrics;
 pub mod mvcc;
-mod peer_allowed;
 pub mod persist;
 pub mod proto;
 pub mod server;
+mod tls;
 pub mod wal;
 pub mod watch;
 mod wire;
-mod x509;

@@ -42,7 +42,7 @@ fn token<T>(req: &Request<T>) -> Option<&str> {
 /// The subject common name of the client's verified certificate.
 fn common_name<T>(req: &Request<T>) -> Option<String> {
     let certs = req.peer_certs()?;
-    crate::x509::common_name(certs.first()?.as_ref())
+    crate::tls::certificate::common_name(certs.first()?.as_ref())
 }
 
 /// A read of `key`/`range_end` by `by` (Range).

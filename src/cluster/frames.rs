@@ -47,6 +47,12 @@ use tonic::{Code, Status};
 
 /// The ALPN protocol of framed lanes under TLS.
 pub(crate) const ALPN: &[u8] = b"ephd-raft/1";
+
+/// The protocol a TLS peer listener offers first: framed lanes', when
+/// this member uses them.
+pub(crate) fn listener_protocol() -> Option<&'static [u8]> {
+    enabled().then_some(ALPN)
+}
 /// What both sides send first: the magic bytes, then the version.
 pub(crate) const HELLO: &[u8; 12] = b"EPHDRAFT\0\0\0\x01";
 /// The magic part of [`HELLO`]: what a listener looks for on plaintext.

@@ -14,7 +14,7 @@
 //!   (never with 0) and only when a connection is being opened, so a
 //!   rotated peer certificate (or CA bundle) reaches new outgoing
 //!   connections without a restart, as the peer listener's reload
-//!   (`server/tls.rs`) does for incoming ones. Connections already open
+//!   (`tls/reload.rs`) does for incoming ones. Connections already open
 //!   keep the session they negotiated. Files that do not load leave the
 //!   previous settings in place, with a WARN.
 //!
@@ -410,7 +410,7 @@ fn build(peer: &PeerTls, contents: &Contents) -> Result<ClientConfig, String> {
 }
 
 /// rustls' server certificate verifier (chain to the peer CA, host name),
-/// plus the allowed name (`peer_allowed.rs`).
+/// plus the allowed name (`tls/peer_allowed.rs`).
 #[derive(Debug)]
 pub(super) struct AllowedServer {
     inner: Arc<WebPkiServerVerifier>,
@@ -467,7 +467,7 @@ impl ServerCertVerifier for AllowedServer {
             ocsp_response,
             now,
         )?;
-        match crate::peer_allowed::check(end_entity, &self.allowed) {
+        match crate::tls::peer_allowed::check(end_entity, &self.allowed) {
             Ok(()) => Ok(verified),
             Err(why) => {
                 self.warn(server_name, &why);

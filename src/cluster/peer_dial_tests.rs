@@ -1,15 +1,15 @@
 //! The dialling side's verifier and reload, against the unit-test
-//! certificates of `server/testdata` (a CA and two certificates it signed,
+//! certificates of `tls/testdata` (a CA and two certificates it signed,
 //! `CN=server-a` and `CN=server-b`, both valid for 127.0.0.1 and
 //! localhost).
 
 use super::*;
 
-const CA: &str = include_str!("../server/testdata/ca.crt");
-const CERT_A: &str = include_str!("../server/testdata/server-a.crt");
-const KEY_A: &str = include_str!("../server/testdata/server-a.key");
-const CERT_B: &str = include_str!("../server/testdata/server-b.crt");
-const KEY_B: &str = include_str!("../server/testdata/server-b.key");
+const CA: &str = include_str!("../tls/testdata/ca.crt");
+const CERT_A: &str = include_str!("../tls/testdata/server-a.crt");
+const KEY_A: &str = include_str!("../tls/testdata/server-a.key");
+const CERT_B: &str = include_str!("../tls/testdata/server-b.crt");
+const KEY_B: &str = include_str!("../tls/testdata/server-b.key");
 
 fn der(pem: &str) -> CertificateDer<'static> {
     CertificateDer::from_pem_slice(pem.as_bytes()).unwrap()

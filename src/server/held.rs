@@ -18,11 +18,12 @@
 //! sockets, so nothing is bound twice and the server keeps them
 //! afterwards), until [`HeldStart::stop`].
 
+use super::accept;
 use super::listeners::Bound;
-use super::{accept, tls};
 use crate::cluster::saved::Saved;
 use crate::cluster::{Boot, NotStarted};
 use crate::config::{ClusterConfig, Config};
+use crate::tls;
 use axum::http::{header::CONTENT_TYPE, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;

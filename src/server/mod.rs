@@ -4,20 +4,15 @@
 
 mod accept;
 mod bootstrap;
-mod crl_v1;
 mod held;
 mod initial;
-mod layered;
 mod limits;
 mod listeners;
 pub mod memory;
-mod peer_identity;
 mod responder;
 mod restore;
 pub mod revisions;
-mod revocation;
 mod tasks;
-mod tls;
 
 use bootstrap::{build_cluster_store, build_store};
 use held::{start_when_allowed, HeldStart};
@@ -43,6 +38,7 @@ use crate::proto::etcdserverpb::{
 };
 use crate::proto::v3electionpb::election_server::ElectionServer;
 use crate::proto::v3lockpb::lock_server::LockServer;
+use crate::tls;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -312,7 +308,8 @@ impl Server {
         config.auto_compaction()?;
         let peer_tls = match config.cluster.as_ref().and_then(|c| c.peer_tls.as_ref()) {
             Some(peer) => {
-                let mut reloader = tls::Reloader::for_peers(peer)?;
+                let mut reloader =
+                    tls::Reloader::for_peers(peer, crate::cluster::frames::listener_protocol())?;
                 reloader.listen_for_hangup();
                 Some(reloader)
             }

@@ -4,10 +4,11 @@
 //! service exist. Stopped (and the listeners closed) before the member
 //! binds them for good.
 
+use super::accept;
 use super::listeners::{bind_all, Bound};
-use super::{accept, tls};
 use crate::cluster::saved::Saved;
 use crate::config::ClusterConfig;
+use crate::tls;
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -22,7 +23,9 @@ pub(super) struct Responding {
 /// listeners (with peer TLS when configured).
 pub(super) async fn start(config: &ClusterConfig, saved: &Saved) -> Result<Responding, String> {
     let live = match &config.peer_tls {
-        Some(peer) => Some(tls::Reloader::for_peers(peer)?.live()),
+        Some(peer) => Some(
+            tls::Reloader::for_peers(peer, crate::cluster::frames::listener_protocol())?.live(),
+        ),
         None => None,
     };
     let (stop, stopped) = watch::channel(false);

@@ -6,8 +6,8 @@
 //! would otherwise find ephd refusing to start.
 //!
 //! This module reads the revoked serial numbers of a version 1 list with
-//! the bounds-checked DER walker (`crate::der`; anything it cannot walk is
-//! an error naming the part, never a panic) and, once rustls has verified
+//! `x509-parser` (anything it cannot read is an error saying why, never a
+//! panic) and, once rustls has verified
 //! the chain, refuses a certificate whose issuer name is the list's issuer
 //! and whose serial the list names ([`RevokedV1`]). The refusal is the
 //! one rustls gives for a version 2 list (`CertificateError::Revoked`), so
@@ -45,29 +45,20 @@ use tokio_rustls::rustls::server::danger::{ClientCertVerified, ClientCertVerifie
 use tokio_rustls::rustls::{CertificateError, Error};
 
 use super::layered::{layer, ClientCheck};
+use x509_parser::revocation_list::CertificateRevocationList;
+use x509_parser::x509::X509Version;
 
-use crate::der::{expect, optional, tlv};
-
-/// DER tags a revocation list uses.
-const SEQUENCE: u8 = 0x30;
-const INTEGER: u8 = 0x02;
-const BIT_STRING: u8 = 0x03;
-const UTC_TIME: u8 = 0x17;
-const GENERALIZED_TIME: u8 = 0x18;
-/// `[0] EXPLICIT Extensions` at the end of a `TBSCertList`.
-const EXTENSIONS: u8 = 0xa0;
-
-/// Whether `der` is a version 1 list: its to-be-signed part starts with
-/// the signature algorithm (a SEQUENCE) where version 2 has its version
-/// (an INTEGER), or with a version INTEGER of 0 (which DER forbids, but
-/// which costs nothing to accept).
-pub(super) fn is_version_1(der: &[u8]) -> bool {
-    let tbs = expect(der, SEQUENCE).and_then(|(list, _)| expect(list, SEQUENCE));
-    match tbs.and_then(|(tbs, _)| tlv(tbs)) {
-        Some((SEQUENCE, _, _)) => true,
-        Some((INTEGER, version, _)) => version == [0],
-        _ => false,
+fn parse_list(der: &[u8]) -> Option<CertificateRevocationList<'_>> {
+    match x509_parser::parse_x509_crl(der) {
+        Ok(([], list)) => Some(list),
+        _ => None,
     }
+}
+
+/// Whether `der` is a version 1 list: it has no version (or spells out
+/// 0, which DER forbids but which costs nothing to accept).
+pub(super) fn is_version_1(der: &[u8]) -> bool {
+    parse_list(der).is_some_and(|list| matches!(list.version(), None | Some(X509Version(0))))
 }
 
 /// Signature algorithms rustls verifies a version 2 list with, as the DER
@@ -83,105 +74,57 @@ const VERIFIABLE: &[&[u8]] = &[
     &[0x2b, 0x65, 0x70],
 ];
 
-/// DER tag of an OBJECT IDENTIFIER.
-const OID: u8 = 0x06;
-
 /// Whether the list `der` is signed with an algorithm rustls verifies;
 /// false for anything else (SHA-1 above all) and for what does not parse.
 pub(super) fn signature_verifiable(der: &[u8]) -> bool {
-    let algorithm = expect(der, SEQUENCE)
-        .and_then(|(list, _)| expect(list, SEQUENCE))
-        .and_then(|(_tbs, rest)| expect(rest, SEQUENCE))
-        .and_then(|(algorithm, _)| expect(algorithm, OID));
-    algorithm.is_some_and(|(oid, _)| VERIFIABLE.contains(&oid))
+    parse_list(der)
+        .is_some_and(|list| VERIFIABLE.contains(&list.signature_algorithm.algorithm.as_bytes()))
 }
 
 /// The serial numbers a list revokes, and whose they are: a version 1
 /// list, or a version 2 one rustls cannot verify.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct V1List {
-    /// The issuer `Name`, the content of its SEQUENCE.
+    /// The issuer `Name`, its DER.
     issuer: Vec<u8>,
     /// The revoked serial numbers, the contents of their INTEGERs.
     serials: HashSet<Vec<u8>>,
 }
 
 impl V1List {
-    /// Reads a DER version 1 list (RFC 5280 §5.1 without the version 2
-    /// parts); the error says which part does not parse.
+    /// Reads a DER revocation list (RFC 5280 §5.1; version 1 lacks the
+    /// version 2 parts); the error says what does not parse.
     pub(super) fn parse(der: &[u8]) -> Result<V1List, String> {
-        let bad = |what: &str| format!("not a certificate revocation list ({what} does not parse)");
-        let (list, trailing) = expect(der, SEQUENCE).ok_or_else(|| bad("the list"))?;
-        if !trailing.is_empty() {
-            return Err(bad("what follows the list"));
-        }
-        let (tbs, rest) = expect(list, SEQUENCE).ok_or_else(|| bad("its signed part"))?;
-        let (_algorithm, rest) =
-            expect(rest, SEQUENCE).ok_or_else(|| bad("its signature algorithm"))?;
-        match expect(rest, BIT_STRING) {
-            Some((_signature, [])) => {}
-            _ => return Err(bad("its signature")),
-        }
-        let mut rest = tbs;
-        // Version 1 omits it (or spells out 0); version 2 says 1.
-        if let Some((INTEGER, [0] | [1], after)) = tlv(rest) {
-            rest = after;
-        }
-        let (_algorithm, rest) = expect(rest, SEQUENCE).ok_or_else(|| bad("its algorithm"))?;
-        let (issuer, rest) = expect(rest, SEQUENCE).ok_or_else(|| bad("its issuer"))?;
-        let rest = time(rest).ok_or_else(|| bad("its thisUpdate"))?;
-        let rest = match tlv(rest) {
-            Some((UTC_TIME | GENERALIZED_TIME, _, after)) => after,
-            _ => rest,
-        };
-        let (revoked, rest) = optional(rest, SEQUENCE).ok_or_else(|| bad("its revoked list"))?;
-        let (_extensions, rest) =
-            optional(rest, EXTENSIONS).ok_or_else(|| bad("its extensions"))?;
+        let bad = |why: String| format!("not a certificate revocation list ({why})");
+        let (rest, list) = x509_parser::parse_x509_crl(der).map_err(|e| bad(e.to_string()))?;
         if !rest.is_empty() {
-            return Err(bad("what follows its extensions"));
+            return Err(bad(format!("{} bytes follow the list", rest.len())));
         }
         let mut serials = HashSet::new();
-        let mut entries = revoked.unwrap_or_default();
-        while !entries.is_empty() {
-            let entry = expect(entries, SEQUENCE).ok_or_else(|| bad("a revoked entry"))?;
-            entries = entry.1;
-            let serial = match expect(entry.0, INTEGER) {
-                Some((serial, rest)) if !serial.is_empty() => time(rest).and_then(|rest| {
-                    // Entry extensions (a reason code) are not consulted.
-                    match optional(rest, SEQUENCE)? {
-                        (_, []) => Some(serial),
-                        _ => None,
-                    }
-                }),
-                _ => None,
-            };
-            let serial = serial.ok_or_else(|| bad("a revoked entry"))?;
-            serials.insert(serial.to_vec());
+        // Entry extensions (a reason code) are not consulted.
+        for revoked in list.iter_revoked_certificates() {
+            if revoked.raw_serial().is_empty() {
+                // DER has no empty INTEGER; Go's parser refuses it too.
+                return Err(bad("a revoked entry has an empty serial number".into()));
+            }
+            serials.insert(revoked.raw_serial().to_vec());
         }
         Ok(V1List {
-            issuer: issuer.to_vec(),
+            issuer: list.issuer().as_raw().to_vec(),
             serials,
         })
     }
 
     /// Whether this list revokes the certificate of `serial` that `issuer`
-    /// issued (both as [`crate::x509::issuer_and_serial`] reads them).
+    /// issued (both as [`super::certificate::issuer_and_serial`] reads them).
     pub(super) fn revokes(&self, issuer: &[u8], serial: &[u8]) -> bool {
         self.issuer == issuer && self.serials.contains(serial)
     }
 
     /// Whether `cert` (DER) is revoked by this list.
     fn revokes_cert(&self, cert: &[u8]) -> bool {
-        crate::x509::issuer_and_serial(cert)
-            .is_some_and(|(issuer, serial)| self.revokes(issuer, serial))
-    }
-}
-
-/// Skips a `Time` (UTCTime or GeneralizedTime); `None` if none is next.
-fn time(input: &[u8]) -> Option<&[u8]> {
-    match tlv(input)? {
-        (UTC_TIME | GENERALIZED_TIME, _, rest) => Some(rest),
-        _ => None,
+        super::certificate::issuer_and_serial(cert)
+            .is_some_and(|(issuer, serial)| self.revokes(&issuer, &serial))
     }
 }
 

@@ -213,7 +213,7 @@ fn startup_errors_stay_fatal() {
 
 #[test]
 fn the_summary_names_the_certificate() {
-    let s = x509::summarize(&der(CERT_A)).unwrap();
+    let s = super::certificate::summarize(&der(CERT_A)).unwrap();
     assert_eq!(s.subject, "CN=server-a");
     assert_eq!(s.serial, "4A2961370B09AC31279AEC5341231BB94EBB88");
     assert_eq!(s.not_after, "2126-11-07T02:13:16Z");
@@ -227,7 +227,7 @@ async fn a_silent_peer_holds_up_no_one_and_is_dropped_after_the_timeout() {
     let addr = listener.local_addr().unwrap();
     let timeout = Duration::from_secs(2);
     let mut accepted = Box::pin(handshaken(
-        crate::server::accept::incoming(listener),
+        tokio_stream::wrappers::TcpListenerStream::new(listener),
         f.reloader.live(),
         timeout,
     ));
@@ -285,7 +285,7 @@ fn peer_fixture() -> (tempfile::TempDir, Reloader) {
         allowed: None,
         crl: Some(dir.path().join("peer.crl")),
     };
-    let reloader = Reloader::for_peers(&peer).expect("a version 1 list loads");
+    let reloader = Reloader::for_peers(&peer, None).expect("a version 1 list loads");
     (dir, reloader)
 }
 

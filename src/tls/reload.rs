@@ -30,11 +30,11 @@
 //! `--client-cert-auth` does not change the handshake; it only makes the
 //! certificate's CN the user of requests without a token (`auth`).
 
+use super::certificate::{self, Summary};
 use super::crl_v1::RevokedV1;
 use super::peer_identity::AllowedPeer;
 use super::revocation::{self, LogRevoked};
 use crate::config::{Config, PeerTls};
-use crate::x509;
 use futures::{Stream, StreamExt};
 use parking_lot::RwLock;
 use std::io;
@@ -70,7 +70,7 @@ const REPEAT_WARNING: Duration = Duration::from_secs(60);
 /// The configuration new TLS connections are accepted with; cheap to clone
 /// (all clones see the same, current configuration).
 #[derive(Clone)]
-pub(super) struct Live(Arc<RwLock<Arc<ServerConfig>>>);
+pub(crate) struct Live(Arc<RwLock<Arc<ServerConfig>>>);
 
 impl Live {
     fn current(&self) -> Arc<ServerConfig> {
@@ -90,6 +90,9 @@ struct Files {
     /// Peer listeners: what a connecting member's certificate must name
     /// (`peer_identity.rs`).
     allowed: Option<crate::config::PeerAllowed>,
+    /// A protocol offered in ALPN before h2 and http/1.1: the peer
+    /// listener's framed Raft lanes, when this member uses them.
+    first_protocol: Option<&'static [u8]>,
     flags: FlagNames,
 }
 
@@ -164,17 +167,19 @@ impl Files {
             ca: config.trusted_ca_file.clone(),
             crl,
             allowed: None,
+            first_protocol: None,
             flags: CLIENT_FLAGS,
         })
     }
 
-    fn from_peer(peer: &PeerTls) -> Files {
+    fn from_peer(peer: &PeerTls, first_protocol: Option<&'static [u8]>) -> Files {
         Files {
             cert: peer.cert.clone(),
             key: peer.key.clone(),
             ca: Some(peer.ca.clone()),
             crl: peer.crl.clone(),
             allowed: peer.allowed.clone(),
+            first_protocol,
             flags: PEER_FLAGS,
         }
     }
@@ -210,7 +215,7 @@ impl Files {
                 self.cert.display()
             ));
         };
-        let summary = x509::summarize(leaf);
+        let summary = certificate::summarize(leaf);
         let key = PrivateKeyDer::from_pem_slice(&contents.key)
             .map_err(|e| format!("{} {}: {e}", self.flags.key, self.key.display()))?;
         let builder = ServerConfig::builder_with_provider(provider.clone())
@@ -295,13 +300,10 @@ impl Files {
             )
         })?;
         config.alpn_protocols = vec![ALPN_H2.to_vec(), ALPN_HTTP1.to_vec()];
-        if self.flags.cert == PEER_FLAGS.cert && crate::cluster::frames::enabled() {
-            // Peer listeners serve framed Raft lanes too: first, since
-            // the server's order decides and a member dialling a lane
-            // also offers h2 (to tell an older member apart).
-            config
-                .alpn_protocols
-                .insert(0, crate::cluster::frames::ALPN.to_vec());
+        if let Some(first) = self.first_protocol {
+            // First, since the server's order decides: a member dialling
+            // a framed lane also offers h2 (to tell an older member apart).
+            config.alpn_protocols.insert(0, first.to_vec());
         }
         Ok((
             config,
@@ -316,7 +318,7 @@ impl Files {
 
 /// What a successful load logs.
 struct Loaded {
-    summary: Option<x509::Summary>,
+    summary: Option<Summary>,
     /// CA certificates client certificates are verified against; with any,
     /// a client must present a certificate one of them signed.
     trusted_cas: usize,
@@ -373,7 +375,7 @@ enum Trigger {
 }
 
 /// Keeps [`Live`] up to date with the certificate files.
-pub(super) struct Reloader {
+pub(crate) struct Reloader {
     files: Files,
     live: Live,
     /// What the live configuration was built from.
@@ -387,14 +389,18 @@ pub(super) struct Reloader {
 impl Reloader {
     /// Loads the files named by `config`. At startup an error is fatal, as
     /// it always was: there is no previous configuration to fall back on.
-    pub(super) fn new(config: &Config) -> Result<Reloader, String> {
+    pub(crate) fn new(config: &Config) -> Result<Reloader, String> {
         Reloader::load(Files::from_config(config)?)
     }
 
     /// Loads cluster mode's peer TLS files (`--peer-cert-file` and
-    /// friends), for the peer listeners.
-    pub(super) fn for_peers(peer: &PeerTls) -> Result<Reloader, String> {
-        Reloader::load(Files::from_peer(peer))
+    /// friends), for the peer listeners; `first_protocol` is offered in
+    /// ALPN before h2 (the framed Raft lanes' protocol).
+    pub(crate) fn for_peers(
+        peer: &PeerTls,
+        first_protocol: Option<&'static [u8]>,
+    ) -> Result<Reloader, String> {
+        Reloader::load(Files::from_peer(peer, first_protocol))
     }
 
     fn load(files: Files) -> Result<Reloader, String> {
@@ -415,7 +421,7 @@ impl Reloader {
     /// anything, so that a SIGHUP sent once the server answers never meets
     /// the default action (ending the process). Only servers with https://
     /// listeners take SIGHUP over; others keep the default.
-    pub(super) fn listen_for_hangup(&mut self) {
+    pub(crate) fn listen_for_hangup(&mut self) {
         #[cfg(unix)]
         {
             use tokio::signal::unix::{signal, SignalKind};
@@ -427,13 +433,13 @@ impl Reloader {
     }
 
     /// The configuration new connections use.
-    pub(super) fn live(&self) -> Live {
+    pub(crate) fn live(&self) -> Live {
         self.live.clone()
     }
 
     /// Checks the files every `interval` (never if it is zero) and on
     /// SIGHUP, until `stop` says the server is stopping.
-    pub(super) async fn run(mut self, interval: Duration, mut stop: watch::Receiver<bool>) {
+    pub(crate) async fn run(mut self, interval: Duration, mut stop: watch::Receiver<bool>) {
         let mut ticks = (!interval.is_zero()).then(|| {
             let mut t = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
             t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -441,7 +447,7 @@ impl Reloader {
         });
         loop {
             let trigger = tokio::select! {
-                _ = crate::api::stopped(&mut stop) => return,
+                _ = stop.wait_for(|stopped| *stopped) => return,
                 _ = tick(&mut ticks) => Trigger::Poll,
                 Some(()) = self.hangup() => Trigger::Hangup,
             };
@@ -528,7 +534,7 @@ async fn tick(ticks: &mut Option<tokio::time::Interval>) {
 /// fails or times out is dropped (logged at debug, as tonic does).
 /// Dropping the stream (when the server stops) cancels handshakes still
 /// under way.
-pub(super) fn incoming<S>(
+pub(crate) fn incoming<S>(
     tcp: S,
     live: Live,
 ) -> impl Stream<Item = io::Result<TlsStream<TcpStream>>> + Send
@@ -586,5 +592,5 @@ where
 }
 
 #[cfg(test)]
-#[path = "tls_tests.rs"]
+#[path = "reload_tests.rs"]
 mod tests;

@@ -179,7 +179,7 @@ impl LogRevoked {
     /// Logs the refusal of `cert`, unless it was logged less than
     /// [`REPEAT_REFUSAL`] ago.
     fn refused(&self, cert: &CertificateDer<'_>) {
-        let (subject, serial) = match crate::x509::summarize(cert) {
+        let (subject, serial) = match super::certificate::summarize(cert) {
             Some(s) => (s.subject, s.serial),
             None => ("(unreadable)".to_string(), "(unreadable)".to_string()),
         };
@@ -260,7 +260,7 @@ mod tests {
     }
 
     #[test]
-    fn a_version_1_list_that_does_not_parse_names_the_flag_path_and_part() {
+    fn a_version_1_list_that_does_not_parse_names_the_flag_and_path() {
         let der = CertificateRevocationListDer::from_pem_slice(V1_REVOKING_PEM).unwrap();
         // The serial 0A1B2C of its second entry made an OCTET STRING.
         let serial = [0x02, 0x03, 0x0a, 0x1b, 0x2c];
@@ -271,7 +271,7 @@ mod tests {
         assert_eq!(
             e,
             "--client-crl-file /x/crl.pem: not a certificate revocation list \
-             (a revoked entry does not parse)"
+             (it does not parse as one)"
         );
     }
 

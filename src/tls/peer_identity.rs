@@ -10,7 +10,7 @@
 
 use crate::config::PeerAllowed;
 use crate::metrics::warnings::RateLimit;
-use crate::peer_allowed::check;
+use crate::tls::peer_allowed::check;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_rustls::rustls::pki_types::CertificateDer;

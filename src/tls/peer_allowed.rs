@@ -2,18 +2,18 @@
 //! member's peer certificate names what is allowed. Both sides of a peer
 //! connection ask it, after the certificate's chain to the peer CA is
 //! verified: the peer listener of the certificates of connecting members
-//! (`server/peer_identity.rs`) and the dialling side of the certificates
+//! (`peer_identity.rs`) and the dialling side of the certificates
 //! the dialled members serve (`cluster/peer_dial.rs`), as etcd applies
 //! the flags to both. One function, so both sides read the flags alike.
 
+use super::certificate::common_name;
 use crate::config::PeerAllowed;
-use crate::x509;
 use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
 
 /// Whether `leaf` names what `allowed` asks for; why not otherwise.
 pub(crate) fn check(leaf: &CertificateDer<'_>, allowed: &PeerAllowed) -> Result<(), String> {
     match allowed {
-        PeerAllowed::Cn(cn) => match x509::common_name(leaf) {
+        PeerAllowed::Cn(cn) => match common_name(leaf) {
             Some(got) if got == *cn => Ok(()),
             Some(got) => Err(format!(
                 "its common name {got:?} is not the allowed {cn:?} (--peer-cert-allowed-cn)"
