@@ -306,6 +306,21 @@ pub struct Config {
     #[serde(rename = "experimental-snapshot-chunk-bytes")]
     pub snapshot_chunk_bytes: u64,
 
+    /// Cluster mode: how Raft messages travel between members: `framed`
+    /// (framed lanes, served and dialled, with gRPC streams for members
+    /// that do not offer them) or `grpc` (gRPC streams only, as older
+    /// builds did; for diagnosis). Hidden from `--help`; usually set as
+    /// `EPHD_PEER_TRANSPORT`.
+    #[arg(
+        long = "peer-transport",
+        env = "EPHD_PEER_TRANSPORT",
+        default_value = "framed",
+        value_parser = ["framed", "grpc"],
+        hide = true
+    )]
+    #[serde(rename = "peer-transport")]
+    pub peer_transport: String,
+
     /// Log format: `zap` writes one JSON object per line with etcd's field
     /// names (`level`, `ts`, `caller`, `msg`), as etcd 3.5+ always does;
     /// `capnslog` writes text lines, for etcd 3.4 command lines that ask for

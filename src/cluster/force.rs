@@ -411,6 +411,7 @@ mod tests {
             },
             path: "/x/ephd-cluster.snap".into(),
             written_unix: 0,
+            handed_out: Default::default(),
         };
         let boot = boot(&c, vec![], initial(&c), &[], (Some(&saved), &[])).unwrap();
         assert_eq!((boot.id, boot.resume), (99, Some((40, 3))));
@@ -434,6 +435,7 @@ mod tests {
             },
             path: "/x/ephd-cluster.snap".into(),
             written_unix: 0,
+            handed_out: Default::default(),
         };
         let boot = resume(&c, vec![], initial(&c), &[], &saved).unwrap();
         assert_eq!((boot.id, boot.resume), (a, Some((12, 2))));

@@ -31,7 +31,8 @@
 //! Either way the lane falls back to its gRPC stream for a while
 //! (`GRPC_FALLBACK`) and then tries again. Snapshots, forwarded lease
 //! calls and membership calls stay on gRPC. `EPHD_PEER_TRANSPORT=grpc`
-//! turns the framed lanes off on both sides (diagnosis, or the behaviour of
+//! ([`super::PeerSettings::framed_lanes`]) turns the framed lanes off on
+//! both sides (diagnosis, or the behaviour of
 //! older builds); see CLUSTER.md.
 
 use super::peer_metrics::Outgoing;
@@ -40,7 +41,7 @@ use crate::proto::ephd::internal::{RaftAck, RaftBatch};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use prost::Message as _;
 use std::io;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
 use tonic::{Code, Status};
@@ -48,11 +49,6 @@ use tonic::{Code, Status};
 /// The ALPN protocol of framed lanes under TLS.
 pub(crate) const ALPN: &[u8] = b"ephd-raft/1";
 
-/// The protocol a TLS peer listener offers first: framed lanes', when
-/// this member uses them.
-pub(crate) fn listener_protocol() -> Option<&'static [u8]> {
-    enabled().then_some(ALPN)
-}
 /// What both sides send first: the magic bytes, then the version.
 pub(crate) const HELLO: &[u8; 12] = b"EPHDRAFT\0\0\0\x01";
 /// The magic part of [`HELLO`]: what a listener looks for on plaintext.
@@ -71,23 +67,6 @@ const HEADER: usize = 5;
 pub(super) const GRPC_FALLBACK: Duration = Duration::from_secs(30);
 /// Spare room a reader keeps for the next read.
 const READ_CHUNK: usize = 64 * 1024;
-
-/// Whether this member uses and serves framed lanes: yes unless the
-/// environment says `EPHD_PEER_TRANSPORT=grpc` (read once).
-pub fn enabled() -> bool {
-    static ENABLED: OnceLock<bool> = OnceLock::new();
-    *ENABLED.get_or_init(|| match std::env::var("EPHD_PEER_TRANSPORT") {
-        Ok(v) if v == "grpc" => {
-            tracing::info!("EPHD_PEER_TRANSPORT=grpc: raft messages travel on gRPC streams only");
-            false
-        }
-        Ok(v) if v != "framed" && !v.is_empty() => {
-            tracing::warn!(value = %v, "EPHD_PEER_TRANSPORT is neither framed nor grpc; using framed lanes");
-            true
-        }
-        _ => true,
-    })
-}
 
 /// A connection's byte stream, plain or TLS.
 pub trait PeerIo: AsyncRead + AsyncWrite + Send + Unpin + 'static {}

@@ -102,8 +102,8 @@ where
 }
 
 /// The peer listener's connections `incoming`, without the framed Raft
-/// lanes (served apart with `service` until `stop`) unless they are turned
-/// off (`cluster/frames.rs`).
+/// lanes (served apart with `service` until `stop`) unless the node's
+/// settings turn them off ([`super::PeerSettings::framed_lanes`]).
 pub fn framed_apart<IO, S>(
     incoming: S,
     (service, stop): (PeerService, watch::Receiver<bool>),
@@ -112,7 +112,7 @@ where
     IO: Sniff,
     S: Stream<Item = io::Result<IO>> + Send + 'static,
 {
-    if frames::enabled() {
+    if service.framed_lanes() {
         split(incoming, service, stop).boxed()
     } else {
         incoming.boxed()

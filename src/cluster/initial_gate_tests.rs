@@ -38,7 +38,15 @@ pub(super) fn solo(
         initial_revision: hold_writes,
         replicated_limits: false,
     };
-    let node = Node::start(&config, store.clone(), boot, wait, None).unwrap();
+    let node = Node::start(
+        &config,
+        store.clone(),
+        boot,
+        wait,
+        None,
+        crate::cluster::PeerSettings::default(),
+    )
+    .unwrap();
     (node, store)
 }
 

@@ -53,9 +53,9 @@ pub(super) struct Framed {
 }
 
 impl Framed {
-    pub(super) fn new() -> Framed {
+    pub(super) fn new(enabled: bool) -> Framed {
         Framed {
-            enabled: frames::enabled(),
+            enabled,
             grpc_until: None,
         }
     }

@@ -36,6 +36,7 @@ fn own(index: u64, term: u64, members: &Membership) -> Saved {
         snapshot: snapshot(100 + index as i64, index, term, members),
         path: "/d/ephd-cluster.snap".into(),
         written_unix: 1,
+        handed_out: Default::default(),
     }
 }
 

@@ -20,6 +20,7 @@ use super::initial_gate::{InitialGate, WritesWaitFor};
 use super::input::Input;
 use super::logger;
 use super::members::{Boot, Members};
+use super::peer_settings::PeerSettings;
 use super::peers::Peers;
 use super::queue::{self, Sender};
 use super::raft_loop::{Core, RaftLoop};
@@ -79,6 +80,8 @@ pub struct Node {
     files: Option<Arc<SavedFiles>>,
     /// Where the Raft log reports its writes.
     log_metrics: Option<Arc<std::sync::OnceLock<crate::wal::WalMetrics>>>,
+    /// How this member talks to its peers.
+    settings: PeerSettings,
 }
 
 /// Starts the Raft log of `disk`, if it has one: continuing what an
@@ -158,6 +161,7 @@ impl Node {
         boot: Boot,
         wait: WritesWaitFor,
         disk: Option<Disk>,
+        settings: PeerSettings,
     ) -> std::result::Result<Arc<Node>, String> {
         let id = boot.id;
         let status = Arc::new(RaftStatus::default());
@@ -218,6 +222,7 @@ impl Node {
             members.health.clone(),
             inbox.clone(),
             members.removal.clone(),
+            settings,
         )?;
         let (to_apply, committed) = queue::unbounded();
         let waiters = Arc::new(Waiters::default());
@@ -308,8 +313,14 @@ impl Node {
             seen: Default::default(),
             files,
             log_metrics,
+            settings,
         });
         Ok(node)
+    }
+
+    /// How this member talks to its peers.
+    pub(super) fn peer_settings(&self) -> &PeerSettings {
+        &self.settings
     }
 
     /// The saved state's files (`--data-dir`).

@@ -24,6 +24,7 @@ use super::input::{Input, PeerChange};
 use super::membership::MemberInfo;
 use super::peer_dial::{self, Dialer};
 use super::peer_metrics::Outgoing;
+use super::peer_settings::PeerSettings;
 use super::queue::Sender;
 use super::removal::Removal;
 pub(super) use super::sender::PeerHealth;
@@ -61,6 +62,8 @@ pub(super) struct Peers {
     inbox: Sender<Input>,
     /// Peer TLS for outgoing connections.
     tls: Option<Arc<Dialer>>,
+    /// Framed lanes or gRPC streams, and the snapshot chunk size.
+    settings: PeerSettings,
     /// Peers whose snapshot message could not even be queued: raft must
     /// hear that it failed (see [`Peers::take_undelivered`]).
     undelivered: Mutex<Vec<u64>>,
@@ -77,6 +80,7 @@ impl Peers {
         health: Arc<PeerHealth>,
         inbox: Sender<Input>,
         removal: Arc<Removal>,
+        settings: PeerSettings,
     ) -> Result<Peers, String> {
         let mut peers = Peers {
             me,
@@ -85,6 +89,7 @@ impl Peers {
             health,
             inbox,
             tls: dialer(),
+            settings,
             undelivered: Mutex::new(Vec::new()),
             removal,
         };
@@ -122,6 +127,7 @@ impl Peers {
                     inbox: self.inbox.clone(),
                     removal: self.removal.clone(),
                     out: out.clone(),
+                    settings: self.settings,
                 };
                 let health = self.health.clone();
                 let lanes = [(Lane::Control, control_rx), (Lane::Bulk, bulk_rx)];
@@ -260,7 +266,15 @@ mod tests {
             is_learner: false,
         };
         let health = Arc::new(PeerHealth::new(1));
-        let peers = Peers::start([&peer], 1, health.clone(), inbox, Arc::default()).unwrap();
+        let peers = Peers::start(
+            [&peer],
+            1,
+            health.clone(),
+            inbox,
+            Arc::default(),
+            PeerSettings::default(),
+        )
+        .unwrap();
         let over = 7;
         let beats = (0..QUEUE + over)
             .map(|_| message(2, MessageType::MsgHeartbeat))

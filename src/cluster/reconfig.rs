@@ -269,10 +269,11 @@ pub fn start_node(
     boot: Boot,
     wait: super::WritesWaitFor,
     disk: Option<super::restart::Disk>,
+    settings: super::PeerSettings,
 ) -> std::result::Result<Arc<Node>, String> {
     let (name, client_urls) = (boot.name.clone(), boot.client_urls.clone());
     let promote = boot.promote;
-    let node = Node::start(config, store, boot, wait, disk)?;
+    let node = Node::start(config, store, boot, wait, disk, settings)?;
     publish(&node, name, client_urls);
     if promote {
         super::rejoin::promote_when_caught_up(&node);

@@ -323,6 +323,7 @@ mod tests {
             },
             path: "/d/ephd-cluster.snap".into(),
             written_unix: 1,
+            handed_out: Default::default(),
         }
     }
 

@@ -70,6 +70,7 @@ pub struct Responder {
     index: u64,
     term: u64,
     written_unix: u64,
+    handed_out: saved_transfer::HandedOut,
     bytes: u64,
     membership: Option<MembershipState>,
     path: PathBuf,
@@ -89,6 +90,7 @@ pub fn responder(config: &ClusterConfig, saved: &Saved) -> MembershipServer<Resp
         index: saved.snapshot.raft_index,
         term: saved.snapshot.raft_term,
         written_unix: saved.written_unix,
+        handed_out: saved.handed_out.clone(),
         bytes: std::fs::metadata(&saved.path).map_or(0, |m| m.len()),
         membership: saved.membership().map(|m| m.to_state()),
         path: saved.path.clone(),
@@ -154,9 +156,10 @@ impl MembershipRpc for Responder {
             bytes = self.bytes,
             "sending this member's saved state to the seed, which resumes the cluster from it"
         );
-        let chunks = saved_transfer::serve(self.path.clone()).map_err(|e| {
-            Status::unavailable(format!("cannot read {}: {e}", self.path.display()))
-        })?;
+        let chunks =
+            saved_transfer::serve(self.path.clone(), self.handed_out.clone()).map_err(|e| {
+                Status::unavailable(format!("cannot read {}: {e}", self.path.display()))
+            })?;
         Ok(Response::new(chunks))
     }
 
@@ -300,7 +303,7 @@ where
         if tokio::time::Instant::now() >= deadline {
             // The seed fetching this member's file is the resume under
             // way: wait for it rather than give up in the middle.
-            if !saved_transfer::sent_within(&saved.path, FETCH_IDLE) {
+            if !saved.handed_out.within(FETCH_IDLE) {
                 return (Waited::GaveUp(failed), answers);
             }
             if !extended {
@@ -332,6 +335,7 @@ mod tests {
             snapshot: Snapshot::default(),
             path: "/d/ephd-cluster.snap".into(),
             written_unix: 0,
+            handed_out: Default::default(),
         }
     }
 
@@ -384,7 +388,7 @@ mod tests {
         assert!(started.elapsed() >= PATIENCE);
         // The seed is fetching it: it waits on until the cluster runs.
         s.path = dir.path().join("fetched.snap");
-        saved_transfer::note_sent(&s.path);
+        s.handed_out.note();
         let patience_rounds = (PATIENCE.as_millis() / ROUND.as_millis()) as u32;
         let mut asked = 0;
         let started = tokio::time::Instant::now();

@@ -54,6 +54,9 @@ pub struct Saved {
     /// When the file was written (seconds since the Unix epoch; 0 when the
     /// file system does not say).
     pub written_unix: u64,
+    /// When a piece of the file was last handed out to a member fetching
+    /// it (`saved_transfer.rs`).
+    pub handed_out: super::saved_transfer::HandedOut,
 }
 
 impl Saved {
@@ -222,6 +225,7 @@ pub fn read(path: &Path) -> Result<Saved, String> {
         snapshot,
         path: path.to_path_buf(),
         written_unix: modified_unix(path),
+        handed_out: Default::default(),
     })
 }
 
@@ -254,6 +258,7 @@ pub fn load(dir: &Path, cluster_id: u64) -> Result<Option<Saved>, String> {
                     snapshot,
                     path,
                     written_unix,
+                    handed_out: Default::default(),
                 }));
             }
             Err(why) => {

@@ -17,30 +17,28 @@
 use crate::proto::ephd::internal::SavedChunk;
 use futures::{Stream, StreamExt};
 use parking_lot::Mutex;
-use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, Read as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tonic::Status;
 
-/// When a piece of each file served was last handed out, by path: a
-/// waiting member keeps waiting while the seed is fetching its file
-/// (`resume.rs`).
-static SENT: std::sync::LazyLock<Mutex<HashMap<PathBuf, Instant>>> =
-    std::sync::LazyLock::new(Mutex::default);
+/// When a piece of a saved file was last handed out to a member fetching
+/// it: a waiting member keeps waiting while the seed is fetching its file
+/// (`resume.rs`). Clones share the time.
+#[derive(Debug, Clone, Default)]
+pub struct HandedOut(std::sync::Arc<Mutex<Option<Instant>>>);
 
-/// Whether a piece of the file at `path` was handed out to a receiver
-/// within `window`.
-pub fn sent_within(path: &Path, window: Duration) -> bool {
-    SENT.lock()
-        .get(path)
-        .is_some_and(|at| at.elapsed() <= window)
-}
+impl HandedOut {
+    /// Whether a piece was handed out within `window`.
+    pub fn within(&self, window: Duration) -> bool {
+        self.0.lock().is_some_and(|at| at.elapsed() <= window)
+    }
 
-/// Notes that a piece of the file at `path` was handed out now.
-pub(super) fn note_sent(path: &Path) {
-    SENT.lock().insert(path.to_path_buf(), Instant::now());
+    /// Notes that a piece was handed out now.
+    pub(super) fn note(&self) {
+        *self.0.lock() = Some(Instant::now());
+    }
 }
 
 /// The size of one piece: a few MiB, under the 4 MiB a gRPC message may
@@ -59,7 +57,7 @@ pub type Chunks = futures::stream::BoxStream<'static, Result<SavedChunk, Status>
 /// size is taken when the file is opened; a file that shrinks meanwhile
 /// ends the stream with an error (one that grows is cut at that size, and
 /// the receiver's decoding refuses it).
-pub fn serve(path: PathBuf) -> io::Result<Chunks> {
+pub fn serve(path: PathBuf, handed_out: HandedOut) -> io::Result<Chunks> {
     let file = File::open(&path)?;
     let total = file.metadata()?.len();
     let (tx, rx) = tokio::sync::mpsc::channel(2);
@@ -94,7 +92,7 @@ pub fn serve(path: PathBuf) -> io::Result<Chunks> {
             if tx.blocking_send(piece).is_err() || failed {
                 return;
             }
-            note_sent(&path);
+            handed_out.note();
         }
     });
     Ok(tokio_stream::wrappers::ReceiverStream::new(rx).boxed())

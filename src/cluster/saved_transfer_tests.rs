@@ -27,22 +27,25 @@ async fn a_file_of_several_pieces_arrives_whole_and_in_order() {
     let from = dir.path().join("sent");
     let bytes = pattern(2 * CHUNK + 123);
     std::fs::write(&from, &bytes).unwrap();
-    let pieces: Vec<_> = serve(from.clone()).unwrap().collect().await;
+    let handed_out = HandedOut::default();
+    assert!(!handed_out.within(Duration::from_secs(60)), "nothing yet");
+    let pieces: Vec<_> = serve(from.clone(), handed_out.clone())
+        .unwrap()
+        .collect()
+        .await;
     let sizes: Vec<usize> = pieces
         .iter()
         .map(|p| p.as_ref().unwrap().data.len())
         .collect();
     assert_eq!(sizes, [CHUNK, CHUNK, 123]);
     // A waiting member sees that its file is being fetched (`resume.rs`).
-    assert!(sent_within(&from, Duration::from_secs(60)));
-    assert!(!sent_within(
-        &dir.path().join("never-sent"),
-        Duration::from_secs(60)
-    ));
+    assert!(handed_out.within(Duration::from_secs(60)));
     assert_eq!(fed(pieces, bytes.len() as u64).await.unwrap(), bytes);
     // Straight from the sender's stream, the size not announced before.
     let to = dir.path().join("got");
-    let n = receive(serve(from).unwrap(), &to, 0).await.unwrap();
+    let n = receive(serve(from, HandedOut::default()).unwrap(), &to, 0)
+        .await
+        .unwrap();
     assert_eq!(n, bytes.len() as u64);
     assert_eq!(std::fs::read(&to).unwrap(), bytes);
 }
@@ -60,9 +63,13 @@ async fn an_incomplete_or_empty_stream_is_an_error() {
     let dir = tempfile::tempdir().unwrap();
     let empty = dir.path().join("empty");
     std::fs::write(&empty, b"").unwrap();
-    let e = receive(serve(empty).unwrap(), &dir.path().join("got"), 0)
-        .await
-        .unwrap_err();
+    let e = receive(
+        serve(empty, HandedOut::default()).unwrap(),
+        &dir.path().join("got"),
+        0,
+    )
+    .await
+    .unwrap_err();
     assert!(e.contains("before any data"), "{e}");
 }
 

@@ -35,6 +35,7 @@ use super::input::Input;
 use super::link::{answer, AnyLink, Framed};
 use super::peer_dial::{self, Dialer};
 use super::peer_metrics::{Outgoing, PeerMetrics};
+use super::peer_settings::PeerSettings;
 use super::peer_stream::{self, Link};
 use super::queue::Sender;
 use super::removal::Removal;
@@ -175,6 +176,8 @@ pub(super) struct Target {
     pub(super) removal: Arc<Removal>,
     /// The link's traffic metrics.
     pub(super) out: Arc<Outgoing>,
+    /// Framed lanes or gRPC streams, and the snapshot chunk size.
+    pub(super) settings: PeerSettings,
 }
 
 /// Encodes `m`; a large one (a snapshot) on a blocking thread.
@@ -248,7 +251,7 @@ pub(super) async fn send_loop(
     let mut link: Option<AnyLink> = None;
     // False once the peer answered that it serves no stream.
     let mut streams = true;
-    let mut framed = Framed::new();
+    let mut framed = Framed::new(to.settings.framed_lanes);
     loop {
         // A peer Raft has nothing to say to (a follower to another
         // follower) gets an empty control batch now and then, so that
@@ -339,7 +342,13 @@ pub(super) async fn send_loop(
             // Sent apart, its data in chunks (`snapshot_send.rs`).
             // Its data (protobuf's u32 size would not hold a large one).
             let size = m.get_snapshot().get_data().len();
-            let sent = snapshot_send::send_snapshot(&mut client, to.me, m).await;
+            let sent = snapshot_send::send_snapshot(
+                &mut client,
+                to.me,
+                m,
+                to.settings.snapshot_chunk_bytes,
+            )
+            .await;
             to.out.sent.batch(size, 1, sent.is_ok());
             catchup::report(&to.inbox, to.id, sent.is_ok());
             if !state.outcome(sent) {

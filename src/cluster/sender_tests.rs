@@ -40,6 +40,7 @@ async fn a_stream_the_peer_never_opens_is_given_up_and_tried_on_a_new_connection
         inbox: queue::unbounded().0,
         removal: Arc::default(),
         out: health.metrics().outgoing(2),
+        settings: crate::cluster::PeerSettings::default(),
     };
     let (_keep, rx) = mpsc::channel(8);
     let lane = tokio::spawn(send_loop(to, Lane::Control, rx, health.clone()));

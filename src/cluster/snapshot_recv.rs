@@ -5,7 +5,7 @@
 //! the Raft thread as it does every other message.
 //!
 //! Nothing here trusts a number it was sent. The declared length is
-//! checked against this member's limit ([`set_receive_limit`]: what its
+//! checked against this member's limit ([`super::PeerSettings`]: what its
 //! memory can hold) before anything is allocated, and the allocation
 //! itself may fail without ending the process; the buffer never grows past
 //! the declared length; a stream that is short, long, out of order,
@@ -20,26 +20,17 @@ use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use protobuf::Message as _;
 use raft::prelude::{Message, MessageType};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tonic::Status;
 
-/// The limit until [`set_receive_limit`] sets this process's: what a
-/// member accepted before snapshots were chunked.
+/// The limit unless the server sets one ([`super::PeerSettings`]): what
+/// a member accepted before snapshots were chunked.
 pub const DEFAULT_RECEIVE_LIMIT: u64 = 1 << 30;
 /// How long a stream may go without a frame: a sender sends its frames
 /// back to back, so a longer pause means it stopped (paused, cut off),
 /// and its buffer and the [`Gate`] must not wait for it.
 const IDLE: Duration = Duration::from_secs(10);
-
-static LIMIT: AtomicU64 = AtomicU64::new(DEFAULT_RECEIVE_LIMIT);
-
-/// Sets the largest snapshot this process accepts, in bytes (the server
-/// derives it from its memory, `server/memory.rs`). Process-wide, as the
-/// memory it stands for.
-pub fn set_receive_limit(bytes: u64) {
-    LIMIT.store(bytes, Ordering::Relaxed);
-}
 
 /// What a snapshot stream is checked against.
 #[derive(Debug, Clone, Copy)]
@@ -51,12 +42,9 @@ pub(super) struct Bounds {
 }
 
 impl Bounds {
-    /// This process's bounds.
-    pub(super) fn current() -> Bounds {
-        Bounds {
-            limit: LIMIT.load(Ordering::Relaxed),
-            idle: IDLE,
-        }
+    /// The bounds of a member that accepts up to `limit` bytes.
+    pub(super) fn up_to(limit: u64) -> Bounds {
+        Bounds { limit, idle: IDLE }
     }
 }
 

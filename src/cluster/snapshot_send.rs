@@ -28,7 +28,6 @@ use crate::proto::ephd::internal::{RaftBatch, SnapshotEnd, SnapshotFrame, Snapsh
 use bytes::Bytes;
 use protobuf::Message as _;
 use raft::prelude::Message;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use tonic::transport::Channel;
 use tonic::{Code, Status};
@@ -57,23 +56,9 @@ const REFUSED_PAUSE: Duration = Duration::from_secs(5);
 /// (the bulk lane's rate, `sender.rs`): 8 GiB get about 14 minutes.
 const BYTES_PER_SEC: u64 = 10 << 20;
 
-static CHUNK_BYTES: AtomicUsize = AtomicUsize::new(DEFAULT_CHUNK_BYTES);
-
-/// Sets the chunk size of every snapshot this process sends
-/// (`--experimental-snapshot-chunk-bytes`), clamped to
-/// `MIN_CHUNK_BYTES..=MAX_CHUNK_BYTES`. Process-wide, as the flag is.
-pub fn set_chunk_bytes(bytes: usize) {
-    CHUNK_BYTES.store(clamp_chunk(bytes), Ordering::Relaxed);
-}
-
 /// `bytes` within [`MIN_CHUNK_BYTES`]..=[`MAX_CHUNK_BYTES`].
 fn clamp_chunk(bytes: usize) -> usize {
     bytes.clamp(MIN_CHUNK_BYTES, MAX_CHUNK_BYTES)
-}
-
-/// The chunk size snapshots are sent with.
-pub(super) fn chunk_bytes() -> usize {
-    CHUNK_BYTES.load(Ordering::Relaxed)
 }
 
 /// How long a snapshot of `bytes` may take to be delivered (the sender
@@ -156,10 +141,11 @@ pub(super) async fn send_snapshot(
     client: &mut RaftTransportClient<Channel>,
     me: u64,
     mut m: Message,
+    chunk: usize,
 ) -> Result<(), Status> {
     let data = m.mut_snapshot().take_data();
     let bytes = data.len() as u64;
-    let chunk = chunk_bytes();
+    let chunk = clamp_chunk(chunk);
     let limit = timeout(bytes);
     let frames = Frames::new(me, &m, data.clone(), chunk)?;
     let to = m.get_to();

@@ -44,6 +44,11 @@ impl PeerService {
             snapshots: Arc::default(),
         }
     }
+
+    /// Whether this member serves framed lanes.
+    pub(super) fn framed_lanes(&self) -> bool {
+        self.node.peer_settings().framed_lanes
+    }
 }
 
 impl PeerService {
@@ -126,7 +131,7 @@ impl RaftTransport for PeerService {
         req: Request<Streaming<SnapshotFrame>>,
     ) -> Result<Response<RaftAck>, Status> {
         let mut frames = req.into_inner();
-        let bounds = Bounds::current();
+        let bounds = Bounds::up_to(self.node.peer_settings().snapshot_receive_limit);
         // The sender, once the header names it.
         let mut from = None;
         let received = snapshot_recv::receive(&mut frames, &self.snapshots, bounds, |h| {

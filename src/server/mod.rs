@@ -192,6 +192,14 @@ impl Server {
             "memory bounds"
         );
         log_mode(&config);
+        let peer_settings = crate::cluster::PeerSettings {
+            framed_lanes: config.peer_transport != "grpc",
+            snapshot_chunk_bytes: config.snapshot_chunk_bytes as usize,
+            snapshot_receive_limit: memory.peer_snapshot_bytes(),
+        };
+        if config.cluster.is_some() && !peer_settings.framed_lanes {
+            tracing::info!("EPHD_PEER_TRANSPORT=grpc: raft messages travel on gRPC streams only");
+        }
         // TLS is set up before anything listens, so that SIGHUP reloads
         // certificates (instead of ending the process) from the moment a
         // client can connect.
@@ -250,9 +258,9 @@ impl Server {
                     None => {
                         // Holding saved state: answer the others while waiting.
                         let responding = match &saved {
-                            Some(s) if !c.force_new_cluster && !c.existing => {
-                                Some(responder::start(c, s).await?)
-                            }
+                            Some(s) if !c.force_new_cluster && !c.existing => Some(
+                                responder::start(c, s, peer_settings.listener_protocol()).await?,
+                            ),
                             _ => None,
                         };
                         let live_tls = tls.as_ref().map(tls::Reloader::live);
@@ -309,7 +317,7 @@ impl Server {
         let peer_tls = match config.cluster.as_ref().and_then(|c| c.peer_tls.as_ref()) {
             Some(peer) => {
                 let mut reloader =
-                    tls::Reloader::for_peers(peer, crate::cluster::frames::listener_protocol())?;
+                    tls::Reloader::for_peers(peer, peer_settings.listener_protocol())?;
                 reloader.listen_for_hangup();
                 Some(reloader)
             }
@@ -323,10 +331,9 @@ impl Server {
                     initial_revision: config.revision_continuity,
                     replicated_limits: true,
                 };
-                crate::cluster::set_snapshot_chunk_bytes(config.snapshot_chunk_bytes as usize);
-                crate::cluster::set_snapshot_receive_limit(memory.peer_snapshot_bytes());
                 let disk = bootstrap::cluster_disk(&config, &boot, log_settings, earlier_log);
-                let node = crate::cluster::start_node(c, store.clone(), boot, wait, disk)?;
+                let node =
+                    crate::cluster::start_node(c, store.clone(), boot, wait, disk, peer_settings)?;
                 (peers, Proposer::Replicated(node))
             }
             _ => (Vec::new(), Proposer::Local),

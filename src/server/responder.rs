@@ -20,12 +20,15 @@ pub(super) struct Responding {
 }
 
 /// Serves [`crate::cluster::resume::responder`] on `config`'s peer
-/// listeners (with peer TLS when configured).
-pub(super) async fn start(config: &ClusterConfig, saved: &Saved) -> Result<Responding, String> {
+/// listeners (with peer TLS when configured, offering `first_protocol` in
+/// ALPN as the member's peer listener will).
+pub(super) async fn start(
+    config: &ClusterConfig,
+    saved: &Saved,
+    first_protocol: Option<&'static [u8]>,
+) -> Result<Responding, String> {
     let live = match &config.peer_tls {
-        Some(peer) => Some(
-            tls::Reloader::for_peers(peer, crate::cluster::frames::listener_protocol())?.live(),
-        ),
+        Some(peer) => Some(tls::Reloader::for_peers(peer, first_protocol)?.live()),
         None => None,
     };
     let (stop, stopped) = watch::channel(false);
