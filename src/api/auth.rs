@@ -120,7 +120,7 @@ impl Auth for AuthService {
             .await
             .map_err(|e| Status::internal(format!("password check failed: {e}")))?
             .map_err(status)?;
-        let token = auth::new_token();
+        let token = self.0.store.auth().new_token();
         let op = AuthOp::Authenticate {
             name,
             token: token.clone(),

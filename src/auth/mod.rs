@@ -6,7 +6,7 @@
 //! change is an `mvcc::Entry::Auth` applied by `Store::apply` like any
 //! write, and goes through the `Proposer`: in cluster mode, through the
 //! Raft log to every member. Applying is deterministic: a password's bcrypt
-//! hash ([`hash_password`]) and a token ([`new_token`]) are made by the
+//! hash ([`hash_password`]) and a token ([`AuthStore::new_token`]) are made by the
 //! member that proposes, and the entry carries them.
 //!
 //! # Checks
@@ -221,12 +221,6 @@ pub fn hash_password(password: &str, cost: u32) -> String {
     bcrypt::hash(password, cost).expect("bcrypt cost is validated at startup")
 }
 
-/// A fresh simple token (the proposer draws it; the entry carries it).
-pub fn new_token() -> String {
-    static SERIAL: AtomicU64 = AtomicU64::new(1);
-    tokens::generate(SERIAL.fetch_add(1, Ordering::Relaxed))
-}
-
 /// Users, roles, the enabled flag, the auth revision and the tokens of one
 /// member.
 pub struct AuthStore {
@@ -238,6 +232,8 @@ pub struct AuthStore {
     revision: AtomicU64,
     state: RwLock<State>,
     tokens: Tokens,
+    /// The serial of the next simple token this member draws.
+    token_serial: AtomicU64,
     config: AuthConfig,
 }
 
@@ -251,8 +247,14 @@ impl AuthStore {
             revision: AtomicU64::new(1),
             state: RwLock::new(State::default()),
             tokens: Tokens::new(config.token_ttl),
+            token_serial: AtomicU64::new(1),
             config,
         }
+    }
+
+    /// A fresh simple token (the proposer draws it; the entry carries it).
+    pub fn new_token(&self) -> String {
+        tokens::generate(self.token_serial.fetch_add(1, Ordering::Relaxed))
     }
 
     /// The settings in force.

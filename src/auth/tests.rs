@@ -61,7 +61,7 @@ fn enabled() -> AuthStore {
 }
 
 fn login(a: &AuthStore, user: &str) -> AuthInfo {
-    let token = new_token();
+    let token = a.new_token();
     a.apply(&AuthOp::Authenticate {
         name: user.into(),
         token: token.clone(),
@@ -312,7 +312,7 @@ fn an_auth_change_makes_checked_requests_stale() {
 #[test]
 fn tokens_die_with_disable_password_change_and_delete() {
     let a = enabled();
-    let token = new_token();
+    let token = a.new_token();
     let auth = |t: &str| {
         a.apply(&AuthOp::Authenticate {
             name: "u1".into(),
@@ -331,7 +331,7 @@ fn tokens_die_with_disable_password_change_and_delete() {
         a.caller(Some(&token), None),
         Err(Error::Auth(AuthError::InvalidAuthToken))
     );
-    let t2 = new_token();
+    let t2 = a.new_token();
     auth(&t2);
     a.apply(&AuthOp::Disable).unwrap();
     assert_eq!(
@@ -357,7 +357,7 @@ fn tokens_lapse_after_the_ttl_without_use() {
     add_user(&a, "root", "pw");
     grant(&a, "root", "root").unwrap();
     a.apply(&AuthOp::Enable).unwrap();
-    let t = new_token();
+    let t = a.new_token();
     a.apply(&AuthOp::Authenticate {
         name: "root".into(),
         token: t.clone(),

@@ -315,8 +315,15 @@ fn others(config: &ClusterConfig) -> Vec<String> {
         .collect()
 }
 
-async fn client(url: &str) -> Option<MembershipClient<tonic::transport::Channel>> {
-    let channel = super::peers::connect(url, ASK_TIMEOUT).await.ok()?;
+/// A membership client of `url`, for a call made while `config`'s member
+/// starts.
+async fn client(
+    config: &ClusterConfig,
+    url: &str,
+) -> Option<MembershipClient<tonic::transport::Channel>> {
+    let channel = super::peers::connect_at_start(config, url, ASK_TIMEOUT)
+        .await
+        .ok()?;
     Some(MembershipClient::new(channel))
 }
 
@@ -325,7 +332,7 @@ async fn client(url: &str) -> Option<MembershipClient<tonic::transport::Channel>
 /// members that do not answer are left out).
 async fn probe(config: &ClusterConfig, id: u64) -> Vec<(String, ProbeResponse)> {
     let asks = others(config).into_iter().map(|url| async move {
-        let mut c = client(&url).await?;
+        let mut c = client(config, &url).await?;
         let req = ProbeRequest {
             token: config.token.clone(),
             member_id: id,
@@ -492,7 +499,7 @@ async fn join(config: &ClusterConfig, client_urls: Vec<String>) -> Result<Boot, 
     loop {
         let mut refused = None;
         for url in others(config) {
-            let Some(mut c) = client(&url).await else {
+            let Some(mut c) = client(config, &url).await else {
                 last = format!("{url}: not reachable");
                 continue;
             };
@@ -539,7 +546,13 @@ pub(super) async fn forward_promote(node: &Node, id: u64) -> crate::error::Resul
         .get(leader)
         .and_then(|m| m.peer_urls.first().cloned())
         .ok_or(Error::NoLeader)?;
-    let mut c = client(&url).await.ok_or(Error::NoLeader)?;
+    let channel = node
+        .peer_settings()
+        .dialer
+        .connect(&url, ASK_TIMEOUT)
+        .await
+        .map_err(|_| Error::NoLeader)?;
+    let mut c = MembershipClient::new(channel);
     let mut req = Request::new(PromoteRequest { member_id: id });
     // The leader waits up to its request timeout for the change to apply.
     req.set_timeout(node.request_timeout() + ASK_TIMEOUT);

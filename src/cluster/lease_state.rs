@@ -7,6 +7,7 @@
 //! later (a replacement that became leader) is reached like the others.
 
 use super::members::Members;
+use super::peer_dial::PeerDialer;
 use crate::error::Error;
 use crate::grpc_status::status;
 use crate::mvcc::Store;
@@ -33,6 +34,8 @@ pub struct LeaseForward {
     members: Arc<Members>,
     /// A client per member, with the peer URL it was made for.
     clients: Mutex<HashMap<u64, (String, RaftTransportClient<Channel>)>>,
+    /// Peer TLS for those clients, if on.
+    dialer: PeerDialer,
     pub(super) store: Arc<Store>,
     /// The term in which this member, as leader, restarted the countdowns
     /// (0: not in any term yet).
@@ -46,12 +49,18 @@ pub struct LeaseForward {
 
 impl LeaseForward {
     /// The state of member `me`, whose membership is `members`, with
-    /// `store`.
-    pub(super) fn new(me: u64, members: Arc<Members>, store: Arc<Store>) -> Self {
+    /// `store`; it dials the others with `dialer`.
+    pub(super) fn new(
+        me: u64,
+        members: Arc<Members>,
+        store: Arc<Store>,
+        dialer: PeerDialer,
+    ) -> Self {
         LeaseForward {
             me,
             members,
             clients: Mutex::new(HashMap::new()),
+            dialer,
             store,
             promoted_term: AtomicU64::new(0),
             checkpointing: tokio::sync::Mutex::new(()),
@@ -86,7 +95,9 @@ impl LeaseForward {
                 return Ok(c.clone());
             }
         }
-        let channel = super::peers::connect_lazy(&url, Duration::from_secs(1))
+        let channel = self
+            .dialer
+            .connect_lazy(&url, Duration::from_secs(1))
             .map_err(Status::unavailable)?;
         let client = RaftTransportClient::new(channel);
         clients.insert(id, (url, client.clone()));

@@ -191,7 +191,7 @@ async fn fetch(
     r: &ProbeResponse,
     tmp: &Path,
 ) -> Result<u64, String> {
-    let channel = super::peers::connect(url, ASK_TIMEOUT).await?;
+    let channel = super::peers::connect_at_start(config, url, ASK_TIMEOUT).await?;
     let mut client =
         MembershipClient::new(channel).max_decoding_message_size(saved_transfer::MAX_MESSAGE);
     let req = Request::new(FetchSavedRequest {

@@ -222,7 +222,7 @@ impl Node {
             members.health.clone(),
             inbox.clone(),
             members.removal.clone(),
-            settings,
+            settings.clone(),
         )?;
         let (to_apply, committed) = queue::unbounded();
         let waiters = Arc::new(Waiters::default());
@@ -254,7 +254,12 @@ impl Node {
             led_term,
             election: super::status::ElectionUnderway::Leaderless,
         };
-        let leases = super::lease_state::LeaseForward::new(id, members.clone(), store.clone());
+        let leases = super::lease_state::LeaseForward::new(
+            id,
+            members.clone(),
+            store.clone(),
+            settings.dialer.clone(),
+        );
         // A resumed store is past its initial revision (`saved.rs`), and
         // applies the log it kept after the limits that log holds.
         let fresh = boot.resume.is_none();

@@ -147,6 +147,60 @@ impl Dialer {
     }
 }
 
+/// Peer TLS for a member's outgoing connections (plaintext without it):
+/// Raft messages, forwarded keep-alives and promotions. Its files are read
+/// again at most every `reload` (`--tls-reload-interval`; never with zero)
+/// when a connection is opened, so a rotated peer certificate reaches new
+/// outgoing connections without a restart (`Dialer`). Clones share
+/// the files read.
+#[derive(Clone, Default)]
+pub struct PeerDialer(Option<Arc<Dialer>>);
+
+impl std::fmt::Debug for PeerDialer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "PeerDialer(tls)"
+        } else {
+            "PeerDialer(plaintext)"
+        })
+    }
+}
+
+impl PeerDialer {
+    /// Reads the peer TLS files (when peer TLS is on); fails when a file
+    /// cannot be read.
+    pub fn load(peer: Option<&PeerTls>, reload: Duration) -> Result<PeerDialer, String> {
+        let dialer = peer
+            .map(|p| Dialer::load(p, reload).map(Arc::new))
+            .transpose()?;
+        Ok(PeerDialer(dialer))
+    }
+
+    /// The files' dialler, if peer TLS is on.
+    pub(super) fn tls(&self) -> Option<Arc<Dialer>> {
+        self.0.clone()
+    }
+
+    /// A channel to a peer's `url`, connected now, with `timeout` to
+    /// connect.
+    pub(super) async fn connect(
+        &self,
+        url: &str,
+        timeout: Duration,
+    ) -> Result<tonic::transport::Channel, String> {
+        connect(self.0.clone(), url, timeout).await
+    }
+
+    /// A channel to a peer's `url` that connects on first use.
+    pub(super) fn connect_lazy(
+        &self,
+        url: &str,
+        timeout: Duration,
+    ) -> Result<tonic::transport::Channel, String> {
+        lazy_channel(self.0.clone(), url, timeout)
+    }
+}
+
 /// A channel to the peer URL `url`, connected now: dialled with `dialer`
 /// when it is set and `url` is https:// (by plain tonic otherwise, as
 /// before), with `connect_timeout` for the connection (TCP and TLS

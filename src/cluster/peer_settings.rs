@@ -2,11 +2,12 @@
 //! flags and its memory: handed to the node at start, so that two members
 //! in one process (`ephd::embed`, tests) each keep their own.
 
+use super::peer_dial::PeerDialer;
 use super::snapshot_recv::DEFAULT_RECEIVE_LIMIT;
 use super::snapshot_send::DEFAULT_CHUNK_BYTES;
 
 /// See the module docs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct PeerSettings {
     /// Raft messages travel on framed lanes (`frames.rs`), which the peer
     /// listener serves and this member dials; false: gRPC streams only
@@ -18,6 +19,8 @@ pub struct PeerSettings {
     /// The largest snapshot this member accepts from a leader, in bytes
     /// (the server derives it from its memory, `server/memory.rs`).
     pub snapshot_receive_limit: u64,
+    /// Peer TLS for outgoing connections, if on.
+    pub dialer: PeerDialer,
 }
 
 impl Default for PeerSettings {
@@ -26,6 +29,7 @@ impl Default for PeerSettings {
             framed_lanes: true,
             snapshot_chunk_bytes: DEFAULT_CHUNK_BYTES,
             snapshot_receive_limit: DEFAULT_RECEIVE_LIMIT,
+            dialer: PeerDialer::default(),
         }
     }
 }

@@ -22,7 +22,7 @@
 
 use super::input::{Input, PeerChange};
 use super::membership::MemberInfo;
-use super::peer_dial::{self, Dialer};
+use super::peer_dial::{Dialer, PeerDialer};
 use super::peer_metrics::Outgoing;
 use super::peer_settings::PeerSettings;
 use super::queue::Sender;
@@ -30,7 +30,7 @@ use super::removal::Removal;
 pub(super) use super::sender::PeerHealth;
 pub use super::sender::MAX_BATCH_BYTES;
 use super::sender::{send_loop, Lane, Target};
-use crate::config::PeerTls;
+use crate::config::ClusterConfig;
 use parking_lot::Mutex;
 use raft::prelude::{Message, MessageType};
 use std::collections::HashMap;
@@ -73,7 +73,7 @@ pub(super) struct Peers {
 
 impl Peers {
     /// Starts one sender task per other member, on the current tokio
-    /// runtime, over peer TLS when [`init_tls`] set it.
+    /// runtime, over peer TLS when `settings` has it.
     pub(super) fn start<'a>(
         members: impl IntoIterator<Item = &'a MemberInfo>,
         me: u64,
@@ -88,7 +88,7 @@ impl Peers {
             queues: HashMap::new(),
             health,
             inbox,
-            tls: dialer(),
+            tls: settings.dialer.tls(),
             settings,
             undelivered: Mutex::new(Vec::new()),
             removal,
@@ -127,7 +127,7 @@ impl Peers {
                     inbox: self.inbox.clone(),
                     removal: self.removal.clone(),
                     out: out.clone(),
-                    settings: self.settings,
+                    settings: self.settings.clone(),
                 };
                 let health = self.health.clone();
                 let lanes = [(Lane::Control, control_rx), (Lane::Bulk, bulk_rx)];
@@ -194,48 +194,17 @@ pub(super) fn display_name(m: &MemberInfo) -> String {
     }
 }
 
-/// The process's peer TLS for outgoing connections, set once at startup
-/// by [`init_tls`] (`None`: plaintext peers).
-static PEER_TLS: std::sync::OnceLock<Option<Arc<Dialer>>> = std::sync::OnceLock::new();
-
-/// Reads the peer TLS files (when peer TLS is on) for every outgoing peer
-/// connection of this process: Raft messages, forwarded keep-alives, and
-/// the membership calls of a starting member. They are read again at most
-/// every `reload` (`--tls-reload-interval`; never with zero) when a
-/// connection is opened, so a rotated peer certificate reaches new
-/// outgoing connections without a restart (`peer_dial.rs`). Fails when a
-/// file cannot be read; a second call keeps the first settings.
-pub fn init_tls(peer: Option<&PeerTls>, reload: Duration) -> Result<(), String> {
-    if PEER_TLS.get().is_some() {
-        return Ok(());
-    }
-    let dialer = peer
-        .map(|p| Dialer::load(p, reload).map(Arc::new))
-        .transpose()?;
-    let _ = PEER_TLS.set(dialer);
-    Ok(())
-}
-
-/// The dialler of peer TLS, if on.
-fn dialer() -> Option<Arc<Dialer>> {
-    PEER_TLS.get().cloned().flatten()
-}
-
-/// A channel to a peer's `url`, connected now, with the process's peer TLS
-/// if any, and `timeout` to connect.
-pub(super) async fn connect(
+/// A channel to a peer's `url` for a call made while `config`'s member
+/// starts (a probe, a join, a rejoin, a saved file fetched), connected
+/// now with `timeout`: over peer TLS with its files read now.
+pub(super) async fn connect_at_start(
+    config: &ClusterConfig,
     url: &str,
     timeout: Duration,
 ) -> Result<tonic::transport::Channel, String> {
-    peer_dial::connect(dialer(), url, timeout).await
-}
-
-/// [`connect`], connecting on first use and again after a lost connection.
-pub(super) fn connect_lazy(
-    url: &str,
-    timeout: Duration,
-) -> Result<tonic::transport::Channel, String> {
-    peer_dial::lazy_channel(dialer(), url, timeout)
+    PeerDialer::load(config.peer_tls.as_ref(), Duration::ZERO)?
+        .connect(url, timeout)
+        .await
 }
 
 #[cfg(test)]

@@ -102,7 +102,7 @@ pub(super) async fn rejoin(
             None => return Err(not_sent(format!("the leader {l:x} does not answer"))),
         },
     };
-    let mut c = connect(url)
+    let mut c = connect(config, url)
         .await
         .ok_or_else(|| not_sent(format!("{url}: not reachable")))?;
     let mut req = Request::new(RejoinRequest {
@@ -164,8 +164,11 @@ fn transient(s: &Status) -> bool {
         )
 }
 
-async fn connect(url: &str) -> Option<MembershipClient<tonic::transport::Channel>> {
-    let channel = super::peers::connect(url, Duration::from_secs(2))
+async fn connect(
+    config: &ClusterConfig,
+    url: &str,
+) -> Option<MembershipClient<tonic::transport::Channel>> {
+    let channel = super::peers::connect_at_start(config, url, Duration::from_secs(2))
         .await
         .ok()?;
     Some(MembershipClient::new(channel))

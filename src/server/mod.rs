@@ -196,6 +196,11 @@ impl Server {
             framed_lanes: config.peer_transport != "grpc",
             snapshot_chunk_bytes: config.snapshot_chunk_bytes as usize,
             snapshot_receive_limit: memory.peer_snapshot_bytes(),
+            // Peer TLS for every member this one dials once it runs.
+            dialer: crate::cluster::PeerDialer::load(
+                config.cluster.as_ref().and_then(|c| c.peer_tls.as_ref()),
+                config.tls_reload_interval,
+            )?,
         };
         if config.cluster.is_some() && !peer_settings.framed_lanes {
             tracing::info!("EPHD_PEER_TRANSPORT=grpc: raft messages travel on gRPC streams only");
@@ -234,8 +239,6 @@ impl Server {
         let mut forced_tail = Vec::new();
         let member = match &config.cluster {
             Some(c) => {
-                // Peer TLS for every member this one dials, from now on.
-                crate::cluster::init_peer_tls(c.peer_tls.as_ref(), config.tls_reload_interval)?;
                 let restart = match &log_settings {
                     Some(settings) if c.force_new_cluster => {
                         forced_tail =
@@ -332,8 +335,14 @@ impl Server {
                     replicated_limits: true,
                 };
                 let disk = bootstrap::cluster_disk(&config, &boot, log_settings, earlier_log);
-                let node =
-                    crate::cluster::start_node(c, store.clone(), boot, wait, disk, peer_settings)?;
+                let node = crate::cluster::start_node(
+                    c,
+                    store.clone(),
+                    boot,
+                    wait,
+                    disk,
+                    peer_settings.clone(),
+                )?;
                 (peers, Proposer::Replicated(node))
             }
             _ => (Vec::new(), Proposer::Local),

@@ -373,3 +373,45 @@ fn the_checker_sees_cycles_and_ignores_reexports() {
     let cycle = find_cycle(&graph).expect("index <-> store");
     assert_eq!(cycle.len(), 3);
 }
+
+/// The library is embeddable (`ephd::embed`): two servers in one process
+/// must not share settings or state through statics, and settings come
+/// from the configuration, not from environment reads deep inside. A
+/// static that can change, or an environment read, outside the places
+/// listed here fails.
+#[test]
+fn no_mutable_process_globals_or_environment_reads_in_the_library() {
+    // The gateway's descriptor pool: built once from compiled-in bytes,
+    // the same for every server.
+    const STATICS_ALLOWED: &[&str] = &["gateway/json.rs"];
+    // Loading the configuration (flags and EPHD_*/ETCD_* variables), and
+    // the NO_COLOR convention of the text logger.
+    const ENV_ALLOWED: &[&str] = &["config/load.rs", "logging.rs"];
+    const MUTABLE: &[&str] = &[
+        "Atomic", "Mutex", "RwLock", "OnceLock", "LazyLock", "Cell", "OnceCell",
+    ];
+    let src = src_dir();
+    let mut found = Vec::new();
+    for path in modules(&src).values() {
+        let rel = path.strip_prefix(&src).unwrap().display().to_string();
+        if rel == "main.rs" {
+            continue;
+        }
+        let code = code_only(&std::fs::read_to_string(path).unwrap());
+        for (n, line) in code.lines().enumerate() {
+            let line = line.trim();
+            let is_static = line.starts_with("static ") || line.contains(" static ");
+            let mutable = is_static && MUTABLE.iter().any(|m| line.contains(m));
+            if (mutable || line.contains("thread_local!"))
+                && !STATICS_ALLOWED.contains(&rel.as_str())
+            {
+                found.push(format!("{rel}:{}: {line}", n + 1));
+            }
+            let env = line.contains("env::var") || line.contains("env::vars");
+            if env && !ENV_ALLOWED.contains(&rel.as_str()) {
+                found.push(format!("{rel}:{}: {line}", n + 1));
+            }
+        }
+    }
+    assert!(found.is_empty(), "process globals:\n{}", found.join("\n"));
+}
