@@ -436,7 +436,9 @@ async fn a_half_written_pair_keeps_the_old_certificate_and_warns() {
     // The key arrives cut off half way: still the old pair.
     let new_key = std::fs::read(dir.join("server2.key")).unwrap();
     std::fs::write(&key, &new_key[..new_key.len() / 2]).unwrap();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    server
+        .wait_for_log("cannot reload TLS certificates; keeping the previous ones")
+        .await;
     assert_eq!(server.served(&ca).await, Ok(der(&dir.join("server.crt"))));
 
     // The whole key: the new pair goes live.
