@@ -44,7 +44,7 @@ mapfile -t shell_scripts < <(find deploy scripts -type f \( -path 'deploy/*.sh' 
 mapfile -t yaml_files < <(find deploy -name '*.yaml' -type f | sort)
 # Kubernetes objects: everything but kubeadm and kustomize configuration,
 # which lint_checks.py checks structurally, and Prometheus rules, which
-# promtool checks (tests/it/cluster_held.rs).
+# promtool checks (tests/it/cluster/held.rs).
 k8s_files=()
 for f in "${yaml_files[@]}"; do
   case "$f" in

@@ -5,7 +5,7 @@
 //! client service (KV, Watch, Lease, Cluster, Maintenance, Auth, Lock,
 //! Election, gRPC health) with `etcdserver: rpc not supported for learner`
 //! (FailedPrecondition), before any other check. Checked call by call
-//! against a stock etcd 3.6 learner in `tests/it/cluster_learner.rs`.
+//! against a stock etcd 3.6 learner in `tests/it/cluster/learner.rs`.
 //!
 //! Whether this member is a learner is read from the applied membership
 //! at each call, so a promoted learner serves everything from the moment

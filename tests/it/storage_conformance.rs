@@ -25,7 +25,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::cluster_snapshot::leader;
+use crate::cluster::snapshot::leader;
 use crate::harness::{Ephd, EphdCluster, Server, StockEtcd};
 use crate::references;
 

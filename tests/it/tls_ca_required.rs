@@ -225,7 +225,7 @@ async fn a_peer_ca_without_peer_client_cert_auth_requires_member_certificates_as
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     // The rogue certificate names the allowed CN: only the CA tells it apart.
-    crate::cluster_tls::peer_certs_with_rogue(dir, "ephd-member");
+    crate::cluster::tls::peer_certs_with_rogue(dir, "ephd-member");
     let path = |f: &str| dir.join(f).display().to_string();
     // The same peer TLS flags for both, with --peer-cert-allowed-cn, which
     // etcd 3.4 takes without --peer-client-cert-auth too.

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::ControlPlane;
-use crate::cluster_leader::leader_of;
+use crate::cluster::leader::leader_of;
 use crate::etcd_cluster::StockEtcdCluster;
 use crate::harness::{EphdCluster, Server};
 

@@ -6,15 +6,14 @@
 //! alike, it is no leader transferee, and it serves everything once
 //! promoted.
 
-#[path = "cluster_learner/calls.rs"]
 mod calls;
 
 use std::time::{Duration, Instant};
 
 use ephd::proto::etcdserverpb::{MoveLeaderRequest, StatusRequest};
 
+use crate::cluster::members::{add, members, promote};
 use crate::cluster::{agreed_leader, SETTLE, TIMING};
-use crate::cluster_members::{add, members, promote};
 use crate::etcd_cluster::StockEtcdCluster;
 use crate::harness::{free_port, EphdCluster, Server, LEARNER_REFUSAL};
 

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use ephd::proto::etcdserverpb::{Member, MemberAddRequest, MemberRemoveRequest};
 
+use crate::cluster::members::{members, settled};
 use crate::cluster::{agreed_leader, put, status, SETTLE, TIMING};
-use crate::cluster_members::{members, settled};
 use crate::harness::{EphdCluster, Server};
 
 /// Waits until the member with peer URL `url` is listed through member

@@ -9,7 +9,6 @@
 //! promoted), with every acknowledged write kept through repeated restarts
 //! and leader kills.
 
-#[path = "cluster_members/errors.rs"]
 mod errors;
 
 use std::time::{Duration, Instant};

@@ -15,8 +15,8 @@ use ephd::proto::etcdserverpb::{
     RangeRequest,
 };
 
+use crate::cluster::members::{add, caught_up, members};
 use crate::cluster::{agreed_leader, linearizable_get, put, same_everywhere, SETTLE};
-use crate::cluster_members::{add, caught_up, members};
 use crate::harness::{free_port, ClusterMember, EphdCluster, Server};
 use crate::support::within;
 

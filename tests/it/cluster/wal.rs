@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use ephd::proto::etcdserverpb::cluster_client::ClusterClient;
 
+use crate::cluster::members::{add, caught_up, members};
 use crate::cluster::{agreed_leader, put, same_everywhere, SETTLE, TIMING};
-use crate::cluster_members::{add, caught_up, members};
 use crate::harness::{EphdCluster, Server};
 
 /// Concurrent writers: enough to keep thousands of writes a second in

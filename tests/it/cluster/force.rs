@@ -15,8 +15,8 @@ use ephd::proto::etcdserverpb::{
 };
 use tonic::transport::Channel;
 
+use crate::cluster::members::{members, published, settled};
 use crate::cluster::{agreed_leader, linearizable_get, put, SETTLE};
-use crate::cluster_members::{members, published, settled};
 use crate::harness::{ClusterMember, Ephd, EphdCluster, Server};
 use crate::support::within;
 

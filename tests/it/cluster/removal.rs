@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 
 use ephd::proto::etcdserverpb::{PutRequest, StatusRequest};
 
+use crate::cluster::learner::ETCD_TIMING;
+use crate::cluster::members::{add, members, remove};
 use crate::cluster::{agreed_leader, SETTLE, TIMING};
-use crate::cluster_learner::ETCD_TIMING;
-use crate::cluster_members::{add, members, remove};
 use crate::etcd_cluster::{EtcdMember, StockEtcdCluster};
 use crate::harness::{free_port, ClusterMember, EphdCluster, Server};
 
@@ -65,7 +65,7 @@ impl Members for EphdCluster {
         // change, and raft drops one proposed while another is pending (a
         // removal right after the join would time out).
         let deadline = Instant::now() + SETTLE;
-        while !crate::cluster_members::members(self.at(0))
+        while !crate::cluster::members::members(self.at(0))
             .await
             .iter()
             .any(|m| m.name == "m3")

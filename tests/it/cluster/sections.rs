@@ -15,8 +15,8 @@ use etcd_client::Permission;
 use tonic::transport::Channel;
 
 use crate::auth::{auth_status, client_as, connect_with_retry, raw_get, raw_token, with_token};
-use crate::cluster_members::members;
-use crate::cluster_snapshot::{all_at, leader, metric, signal, ARGS, SETTLE};
+use crate::cluster::members::members;
+use crate::cluster::snapshot::{all_at, leader, metric, signal, ARGS, SETTLE};
 use crate::harness::{connect_channel, free_port, EphdCluster, Server};
 use crate::support::within;
 

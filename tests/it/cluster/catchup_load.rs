@@ -19,9 +19,9 @@ use std::time::{Duration, Instant};
 
 use ephd::proto::etcdserverpb::{PutRequest, RangeRequest};
 
+use crate::cluster::members::members;
+use crate::cluster::snapshot::metric;
 use crate::cluster::{agreed_leader, status};
-use crate::cluster_members::members;
-use crate::cluster_snapshot::metric;
 use crate::harness::{EphdCluster, Server};
 
 /// A small log (compacted every 50 entries, 10 kept) against a store of

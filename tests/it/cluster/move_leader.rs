@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use ephd::proto::etcdserverpb::maintenance_client::MaintenanceClient;
 use ephd::proto::etcdserverpb::{MemberListRequest, MoveLeaderRequest, PutRequest};
 
-use crate::cluster_leader::{
+use crate::cluster::leader::{
     endpoints, leader_of, leased_key, status_at, ttl_of, CHECKPOINT, ELECTION, SETTLE, TIMING,
 };
 use crate::etcd_cluster::StockEtcdCluster;

@@ -8,8 +8,8 @@
 
 use ephd::proto::etcdserverpb::{DeleteRangeRequest, PutRequest};
 
-use crate::cluster_peer_metrics::member_id;
-use crate::cluster_snapshot::{
+use crate::cluster::peer_metrics::member_id;
+use crate::cluster::snapshot::{
     all_at, caught_up, initialized, leader, metric, signal, status, write_until_log_passes, ARGS,
 };
 use crate::harness::{EphdCluster, Server};

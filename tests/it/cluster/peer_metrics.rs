@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use ephd::proto::etcdserverpb::{MemberListRequest, PutRequest, StatusRequest};
 
+use crate::cluster::snapshot::leader;
 use crate::cluster::TIMING;
-use crate::cluster_snapshot::leader;
 use crate::etcd_cluster::StockEtcdCluster;
 use crate::harness::{free_port, Ephd, EphdCluster, Server, StockEtcd};
 use crate::metrics::scrape_text;

@@ -9,8 +9,8 @@
 
 use std::process::Command;
 
+use crate::cluster::tls::{peer_certs_with_rogue, peer_tls_flags};
 use crate::cluster::{agreed_leader, linearizable_get, put, same_everywhere, TIMING};
-use crate::cluster_tls::{peer_certs_with_rogue, peer_tls_flags};
 use crate::harness::{ClusterMember, EphdCluster};
 
 /// What a member logs when a peer serves no framed lanes.

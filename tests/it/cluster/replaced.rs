@@ -14,8 +14,8 @@ use ephd::proto::etcdserverpb::{
 };
 use tonic::transport::Channel;
 
+use crate::cluster::members::{add, members, remove};
 use crate::cluster::{agreed_leader, SETTLE, TIMING};
-use crate::cluster_members::{add, members, remove};
 use crate::harness::{free_port, ClusterMember, EphdCluster, Server};
 
 /// A lease TTL a few election timeouts long (TIMING's is 500 ms), shorter

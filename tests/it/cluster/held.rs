@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use ephd::proto::etcdserverpb::{PutRequest, StatusRequest};
 
+use crate::cluster::members::{members, published};
 use crate::cluster::{agreed_leader, linearizable_get, put, status, SETTLE, TIMING};
-use crate::cluster_members::{members, published};
 use crate::harness::{EphdCluster, Server};
 use crate::metrics::assert_alerts_on_steady_scrape;
 use crate::operations::http_get;
