@@ -22,7 +22,7 @@
 
 use super::input::{Input, PeerChange};
 use super::membership::MemberInfo;
-use super::peer_dial::{Dialer, PeerDialer};
+use super::peer_dial::PeerDialer;
 use super::peer_metrics::Outgoing;
 use super::peer_settings::PeerSettings;
 use super::queue::Sender;
@@ -60,9 +60,7 @@ pub(super) struct Peers {
     health: Arc<PeerHealth>,
     /// Where send loops report snapshots' delivery.
     inbox: Sender<Input>,
-    /// Peer TLS for outgoing connections.
-    tls: Option<Arc<Dialer>>,
-    /// Framed lanes or gRPC streams, and the snapshot chunk size.
+    /// Framed lanes or gRPC streams, the snapshot chunk size, peer TLS.
     settings: PeerSettings,
     /// Peers whose snapshot message could not even be queued: raft must
     /// hear that it failed (see [`Peers::take_undelivered`]).
@@ -88,7 +86,6 @@ impl Peers {
             queues: HashMap::new(),
             health,
             inbox,
-            tls: settings.dialer.tls(),
             settings,
             undelivered: Mutex::new(Vec::new()),
             removal,
@@ -123,7 +120,6 @@ impl Peers {
                     id,
                     name,
                     url: url.clone(),
-                    tls: self.tls.clone(),
                     inbox: self.inbox.clone(),
                     removal: self.removal.clone(),
                     out: out.clone(),

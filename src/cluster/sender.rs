@@ -171,12 +171,11 @@ pub(super) struct Target {
     pub(super) id: u64,
     pub(super) name: String,
     pub(super) url: String,
-    pub(super) tls: Option<Arc<Dialer>>,
     pub(super) inbox: Sender<Input>,
     pub(super) removal: Arc<Removal>,
     /// The link's traffic metrics.
     pub(super) out: Arc<Outgoing>,
-    /// Framed lanes or gRPC streams, and the snapshot chunk size.
+    /// Framed lanes or gRPC streams, the snapshot chunk size, peer TLS.
     pub(super) settings: PeerSettings,
 }
 
@@ -232,7 +231,7 @@ pub(super) async fn send_loop(
     health: Arc<PeerHealth>,
 ) {
     let Target { name, url, .. } = &to;
-    let channel = match peer_channel(url, to.tls.clone()) {
+    let channel = match peer_channel(url, to.settings.dialer.tls()) {
         Ok(c) => c,
         Err(e) => {
             tracing::error!(peer = %name, url = %url, error = %e, "invalid peer URL or TLS settings");
@@ -317,7 +316,7 @@ pub(super) async fn send_loop(
                     Streamed::Stuck(e) => {
                         // The connection may be the stuck part: the next
                         // stream goes on a new one.
-                        if let Ok(c) = peer_channel(url, to.tls.clone()) {
+                        if let Ok(c) = peer_channel(url, to.settings.dialer.tls()) {
                             client = client_of(c);
                         }
                         Some(Err(e))
@@ -456,14 +455,15 @@ async fn open_framed(
     limit: Duration,
 ) -> Result<FramedLink, NotOpened> {
     let opening = async {
-        let (io, offered) = peer_dial::connect_framed(to.tls.clone(), &to.url, CONNECT_TIMEOUT)
-            .await
-            .map_err(|e| {
-                NotOpened::Failed(match e.refused {
-                    true => super::frames::peer_gone(e.message),
-                    false => Status::unavailable(e.message),
-                })
-            })?;
+        let (io, offered) =
+            peer_dial::connect_framed(to.settings.dialer.tls(), &to.url, CONNECT_TIMEOUT)
+                .await
+                .map_err(|e| {
+                    NotOpened::Failed(match e.refused {
+                        true => super::frames::peer_gone(e.message),
+                        false => Status::unavailable(e.message),
+                    })
+                })?;
         if !offered {
             return Err(NotOpened::NotOffered);
         }

@@ -36,7 +36,6 @@ async fn a_stream_the_peer_never_opens_is_given_up_and_tried_on_a_new_connection
         id: 2,
         name: "m2".into(),
         url,
-        tls: None,
         inbox: queue::unbounded().0,
         removal: Arc::default(),
         out: health.metrics().outgoing(2),

@@ -182,3 +182,14 @@ fn the_write_ahead_log_is_buffered_with_a_data_dir_and_off_without() {
         "{err}"
     );
 }
+
+#[test]
+fn the_peer_transport_is_framed_unless_grpc_is_asked_for() {
+    assert_eq!(Config::defaults().peer_transport, "framed");
+    let grpc = Config::parse_from(["ephd", "--peer-transport", "grpc"]);
+    assert_eq!(grpc.peer_transport, "grpc");
+    // EPHD_PEER_TRANSPORT, read by clap from the process environment, is
+    // driven by the integration test `cluster::framed`.
+    let e = Config::try_parse_from(["ephd", "--peer-transport", "udp"]).unwrap_err();
+    assert!(e.to_string().contains("invalid value 'udp'"), "{e}");
+}
