@@ -3,6 +3,7 @@
 //! `/metrics` and `/version`.
 
 use crate::api::{Shared, ETCD_VERSION};
+use crate::backend::Backend;
 use crate::mvcc::{AlarmMember, ALARM_CORRUPT, ALARM_NOSPACE};
 use axum::extract::RawQuery;
 use axum::http::StatusCode;
@@ -72,24 +73,7 @@ pub fn router(shared: Shared) -> Router {
             get(move || {
                 let s = metrics_shared.clone();
                 async move {
-                    // A cluster member's role, as its Raft state and the
-                    // applied membership say now.
-                    let node = s.proposer.node();
-                    if let Some(n) = node {
-                        let raft = n.status();
-                        s.metrics.set_role(
-                            raft.leader().is_some(),
-                            raft.is_leader(),
-                            n.is_learner(),
-                            raft.leader_changes(),
-                        );
-                    }
-                    let mut text = s.metrics.render(&s.store);
-                    // A cluster member adds its Raft log's bounds.
-                    if let Some(n) = node {
-                        text.push_str(&n.status().log().render());
-                        text.push_str(&n.peer_metrics().render());
-                    }
+                    let text = s.backend.metrics_text(&s.metrics);
                     ([("content-type", "text/plain; version=0.0.4")], text)
                 }
             }),
@@ -149,10 +133,11 @@ impl Check {
                 }
             }
             Check::SerializableRead | Check::LinearizableRead => {
-                if let (Check::LinearizableRead, Some(node)) = (self, shared.proposer.node()) {
+                if let Check::LinearizableRead = self {
                     // Cluster mode: the leader confirms its index with a
                     // quorum and this member catches up to it first.
-                    match tokio::time::timeout(READ_CHECK_TIMEOUT, node.read_barrier()).await {
+                    let read_index = shared.backend.read_index();
+                    match tokio::time::timeout(READ_CHECK_TIMEOUT, read_index).await {
                         Ok(Ok(())) => {}
                         Ok(Err(e)) => return Err(e.to_string()),
                         Err(_) => {
@@ -244,10 +229,7 @@ async fn probe(what: &str, checks: &[Check], shared: &Shared, query: &str) -> Re
 /// Whether this is a cluster member that knows no leader (a single member
 /// always leads itself).
 fn leaderless(shared: &Shared) -> bool {
-    shared
-        .proposer
-        .node()
-        .is_some_and(|node| node.status().leader().is_none())
+    !shared.backend.has_leader()
 }
 
 /// etcd's `/health` (3.5 and later): unhealthy (503) while an alarm is

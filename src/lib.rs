@@ -9,12 +9,15 @@
 //! tls/        TLS on the client and peer listeners: certificates and CAs
 //!             reloaded while serving, revocation lists, the allowed peer
 //!             name, a certificate's fields for logs and auth.
-//! api/        gRPC adapters (tonic): convert, call the core, map errors. Thin.
-//! cluster/    cluster mode: the `Proposer` every mutation goes through (the
-//!             store itself for a single member, the Raft log otherwise),
-//!             the Raft and apply threads, the peer transport (CLUSTER.md).
+//! api/        gRPC adapters (tonic): convert, call the backend, map errors.
+//!             Thin, and the same in both modes.
+//! backend/    the seam the services call: one `Backend` interface, served by
+//!             a `SingleMember` (the store itself) or a `ClusterMember`
+//!             (the Raft log).
+//! cluster/    cluster mode: the Raft node, the Raft and apply threads, the
+//!             peer transport, leadership and membership (CLUSTER.md).
 //! concurrency/ etcd's mutex and election recipes for the Lock and Election
-//!             services: KV ops through the `Proposer`, waits on the watch hub.
+//!             services: KV ops through the backend, waits on the watch hub.
 //! wire.rs     etcd's wire requests ⇄ the core's, both ways.
 //! http.rs     /health, /livez, /readyz, /version, /metrics.
 //! gateway/    HTTP/1.1 on the client port: those endpoints and etcd's JSON
@@ -33,7 +36,7 @@
 //! proto.rs    etcd's wire format, generated from `proto/`.
 //! ```
 //! Dependencies run one way: `server` → `api` → (`concurrency` →)
-//! `cluster` → `watch` →
+//! `backend` → `cluster` → `watch` →
 //! `mvcc` → `lease` → `error`; `api` and `cluster` both convert requests
 //! with `wire.rs`, so a replicated request means what a served one does. A request flows `api` → `mvcc::Store::apply` (writes) or
 //! `mvcc::Store::range` (reads) → the change log → `watch` streams. Nothing
@@ -44,6 +47,7 @@
 
 pub mod api;
 pub mod auth;
+pub mod backend;
 pub mod cluster;
 pub mod concurrency;
 pub mod config;

@@ -112,8 +112,8 @@ impl Env {
         // Small, so that size refusals are reachable with small inputs.
         info.max_request_bytes = 1024;
         let shared = Shared {
+            backend: info.single_member(store.clone()),
             store,
-            proposer: Default::default(),
             info: Arc::new(info),
             metrics,
             overload: Arc::new(ephd::api::Overload::new(

@@ -1,6 +1,6 @@
 //! The Auth service: a thin adapter over the store's auth module
 //! (`crate::auth`), which holds etcd's rules. Changes go through the
-//! `Proposer` as `Entry::Auth`; the slow, random parts (bcrypt hashing and
+//! backend as `Entry::Auth`; the slow, random parts (bcrypt hashing and
 //! checking, drawing a token) run here, on the member that proposes, off
 //! the async workers. Reads (UserGet, UserList, RoleGet, RoleList) are
 //! answered from this member's copy, with etcd's checks: `root` may read
@@ -8,6 +8,7 @@
 
 use super::{authz, status, Shared};
 use crate::auth::{self, AuthInfo, AuthOp, PermKind, Permission};
+use crate::backend::Backend;
 use crate::proto::authpb;
 use crate::proto::etcdserverpb::{self as pb, auth_server::Auth};
 use bytes::Bytes;
@@ -32,14 +33,8 @@ impl AuthService {
         by: Option<AuthInfo>,
         op: AuthOp,
     ) -> Result<Option<pb::ResponseHeader>, Status> {
-        let Shared {
-            store,
-            proposer,
-            info,
-            ..
-        } = &self.0;
-        let revision = proposer.auth(store, by, op).await.map_err(status)?;
-        Ok(info.header(revision))
+        let revision = self.0.backend.auth(by, op).await.map_err(status)?;
+        Ok(self.0.info.header(revision))
     }
 
     fn header(&self) -> Option<pb::ResponseHeader> {

@@ -6,6 +6,7 @@
 
 use super::{status, Shared};
 use crate::auth::{AuthError, AuthInfo, PermKind};
+use crate::backend::Backend;
 use crate::error::Error;
 use crate::proto::etcdserverpb as pb;
 use std::future::Future;
@@ -100,12 +101,12 @@ impl Credentials {
     async fn resolve(&self, shared: &Shared) -> Result<Option<AuthInfo>, Status> {
         let auth = shared.store.auth();
         let lookup = || auth.caller(self.token.as_deref(), self.common_name.as_deref());
-        match (lookup(), shared.proposer.node()) {
-            (Err(Error::Auth(AuthError::InvalidAuthToken)), Some(node)) => {
-                node.read_barrier().await.map_err(status)?;
+        match lookup() {
+            Err(Error::Auth(AuthError::InvalidAuthToken)) => {
+                shared.backend.read_index().await.map_err(status)?;
                 lookup().map_err(status)
             }
-            (r, _) => r.map_err(status),
+            r => r.map_err(status),
         }
     }
 

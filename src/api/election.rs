@@ -20,11 +20,11 @@ pub struct ElectionService {
 }
 
 impl ElectionService {
-    /// The service over the server's store, proposer and stop signal.
+    /// The service over the server's store, backend and stop signal.
     pub fn new(shared: Shared) -> Self {
         let recipes = Recipes::new(
             shared.store.clone(),
-            shared.proposer.clone(),
+            shared.backend.clone(),
             shared.stop.clone(),
         );
         ElectionService { shared, recipes }

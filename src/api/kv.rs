@@ -1,8 +1,7 @@
 //! The KV service.
 
 use super::{authz, check_size, convert, status, PreEncoded, Shared};
-use crate::cluster::Proposer;
-use crate::error::INTERNAL_COMPACTION_FAILED;
+use crate::backend::Backend;
 use crate::proto::etcdserverpb::{self as pb, kv_server::Kv};
 use prost::Message;
 use tonic::{Request, Response, Status};
@@ -23,10 +22,9 @@ impl Kv for KvService {
         req: Request<pb::RangeRequest>,
     ) -> Result<Response<pb::RangeResponse>, Status> {
         // Before anything else, as etcd's interceptor refuses it.
-        crate::cluster::learner::check_range(
-            self.0.proposer.node().map(|n| &**n),
-            req.get_ref().serializable,
-        )?;
+        self.0
+            .backend
+            .check_range_allowed(req.get_ref().serializable)?;
         let by = authz::caller(&self.0, &req).await?;
         let req = req.into_inner();
         let Shared {
@@ -37,9 +35,8 @@ impl Kv for KvService {
             ..
         } = &self.0;
         metrics.range_total.inc();
-        if let (Some(node), false) = (self.0.proposer.node(), req.serializable) {
-            // Cluster mode: a linearizable read waits for its read index.
-            node.read_barrier().await.map_err(status)?;
+        if !req.serializable {
+            self.0.backend.read_index().await.map_err(status)?;
         }
         authz::check_read(&self.0, &by, &req.key, &req.range_end)?;
         let req = convert::range_request(req);
@@ -87,16 +84,15 @@ impl Kv for KvService {
         let by = authz::caller(&self.0, &req).await?;
         let req = req.into_inner();
         let Shared {
-            store,
-            proposer,
+            backend,
             info,
             metrics,
             ..
         } = &self.0;
         check_size(info, req.encoded_len())?;
         metrics.put_total.inc();
-        let resp = proposer
-            .put_by(store, by, convert::put_request(req))
+        let resp = backend
+            .put(by, convert::put_request(req))
             .await
             .map_err(status)?;
         let header = info.header(resp.revision);
@@ -110,16 +106,15 @@ impl Kv for KvService {
         let by = authz::caller(&self.0, &req).await?;
         let req = req.into_inner();
         let Shared {
-            store,
-            proposer,
+            backend,
             info,
             metrics,
             ..
         } = &self.0;
         check_size(info, req.encoded_len())?;
         metrics.delete_total.inc();
-        let resp = proposer
-            .delete_range_by(store, by, convert::delete_request(req))
+        let resp = backend
+            .delete_range(by, convert::delete_request(req))
             .await
             .map_err(status)?;
         let header = info.header(resp.revision);
@@ -130,16 +125,15 @@ impl Kv for KvService {
         let by = authz::caller(&self.0, &req).await?;
         let req = req.into_inner();
         let Shared {
-            store,
-            proposer,
+            backend,
             info,
             metrics,
             ..
         } = &self.0;
         check_size(info, req.encoded_len())?;
         metrics.txn_total.inc();
-        let resp = proposer
-            .txn_by(store, by, convert::txn_request(req))
+        let resp = backend
+            .txn(by, convert::txn_request(req))
             .await
             .map_err(status)?;
         let header = info.header(resp.revision);
@@ -154,29 +148,9 @@ impl Kv for KvService {
         // token, if given, is valid.
         authz::caller(&self.0, &req).await?;
         let req = req.into_inner();
-        let Shared {
-            store,
-            proposer,
-            info,
-            ..
-        } = &self.0;
-        if let Some(node) = proposer.node() {
-            let rev = Proposer::compact_replicated(node, req.revision)
-                .await
-                .map_err(status)?;
-            return Ok(Response::new(pb::CompactionResponse {
-                header: info.header(rev),
-            }));
-        }
-        let store = store.clone();
-        // Pruning a large history takes a while: keep it off the async workers.
-        let task = tokio::task::spawn_blocking(move || store.compact(req.revision));
-        let rev = task
-            .await
-            .map_err(|e| Status::internal(format!("{INTERNAL_COMPACTION_FAILED}: {e}")))?
-            .map_err(status)?;
+        let rev = self.0.backend.compact(req.revision).await?;
         Ok(Response::new(pb::CompactionResponse {
-            header: info.header(rev),
+            header: self.0.info.header(rev),
         }))
     }
 }

@@ -2,7 +2,7 @@
 //! entry point (`mvcc/leases.rs`), where every lease rule lives.
 
 use super::{authz, status, Shared};
-use crate::cluster::{leadership::Lost, lease_forward};
+use crate::backend::{Backend, LeaderLoss};
 use crate::proto::etcdserverpb::{self as pb, lease_server::Lease};
 use futures::Stream;
 use std::pin::Pin;
@@ -25,16 +25,8 @@ impl Lease for LeaseService {
         // given, is valid.
         authz::caller(&self.0, &req).await?;
         let req = req.into_inner();
-        let Shared {
-            store,
-            proposer,
-            info,
-            ..
-        } = &self.0;
-        let granted = proposer
-            .lease_grant(store, req.id, req.ttl)
-            .await
-            .map_err(status)?;
+        let Shared { backend, info, .. } = &self.0;
+        let granted = backend.lease_grant(req.id, req.ttl).await.map_err(status)?;
         self.0.metrics.lease_granted.inc();
         Ok(Response::new(pb::LeaseGrantResponse {
             header: info.header(granted.revision),
@@ -50,16 +42,8 @@ impl Lease for LeaseService {
     ) -> Result<Response<pb::LeaseRevokeResponse>, Status> {
         let by = authz::caller(&self.0, &req).await?;
         let id = req.into_inner().id;
-        let Shared {
-            store,
-            proposer,
-            info,
-            ..
-        } = &self.0;
-        let rev = proposer
-            .lease_revoke_by(store, by, id)
-            .await
-            .map_err(status)?;
+        let Shared { backend, info, .. } = &self.0;
+        let rev = backend.lease_revoke(by, id).await.map_err(status)?;
         self.0.metrics.lease_revoked.inc();
         Ok(Response::new(pb::LeaseRevokeResponse {
             header: info.header(rev),
@@ -72,8 +56,7 @@ impl Lease for LeaseService {
         &self,
         req: Request<Streaming<pb::LeaseKeepAliveRequest>>,
     ) -> Result<Response<KeepAliveOut>, Status> {
-        let node = self.0.proposer.node().cloned();
-        let mut lost = crate::cluster::leadership::leader_lost(node.as_ref(), req.metadata());
+        let mut lost = self.0.backend.leader_loss(req.metadata());
         let mut inbound = req.into_inner();
         let shared = self.0.clone();
         let (tx, rx) = mpsc::channel(16);
@@ -83,7 +66,7 @@ impl Lease for LeaseService {
                 let req = tokio::select! {
                     // `hasleader` and no leader for three election timeouts.
                     _ = lost.wait() => {
-                        let _ = tx.send(Err(Lost::status())).await;
+                        let _ = tx.send(Err(LeaderLoss::status())).await;
                         return;
                     }
                     msg = inbound.message() => match msg {
@@ -99,17 +82,13 @@ impl Lease for LeaseService {
                         return;
                     }
                 };
-                // In cluster mode only the leader renews, once it has
-                // confirmed it leads; a failure ends the stream, as in etcd.
-                let renewed = match &node {
-                    None => shared.store.lease_keep_alive(req.id),
-                    Some(n) => match lease_forward::keep_alive(n, req.id).await {
-                        Ok(r) => r,
-                        Err(s) => {
-                            let _ = tx.send(Err(s)).await;
-                            return;
-                        }
-                    },
+                // A failure ends the stream, as in etcd.
+                let renewed = match shared.backend.lease_keep_alive(req.id).await {
+                    Ok(r) => r,
+                    Err(s) => {
+                        let _ = tx.send(Err(s)).await;
+                        return;
+                    }
                 };
                 shared.metrics.lease_renewed.inc();
                 let resp = pb::LeaseKeepAliveResponse {
@@ -130,17 +109,8 @@ impl Lease for LeaseService {
         req: Request<pb::LeaseTimeToLiveRequest>,
     ) -> Result<Response<pb::LeaseTimeToLiveResponse>, Status> {
         let req = req.into_inner();
-        let Shared {
-            store,
-            info,
-            proposer,
-            ..
-        } = &self.0;
-        // In cluster mode, the leader's view (forwarded to it).
-        let l = match proposer.node() {
-            None => store.lease_time_to_live(req.id, req.keys),
-            Some(n) => lease_forward::time_to_live(n, req.id, req.keys).await?,
-        };
+        let Shared { backend, info, .. } = &self.0;
+        let l = backend.lease_time_to_live(req.id, req.keys).await?;
         Ok(Response::new(pb::LeaseTimeToLiveResponse {
             header: info.header(l.revision),
             id: l.id,

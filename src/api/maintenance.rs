@@ -4,10 +4,10 @@
 
 use super::snapshot::SnapshotOut;
 use super::{status, Shared, ETCD_VERSION, STORAGE_VERSION};
+use crate::backend::Backend;
 use crate::error::Error;
-use crate::mvcc::{AlarmAction, AlarmMember};
+use crate::mvcc::{AlarmAction, AlarmChange, AlarmMember};
 use crate::proto::etcdserverpb::{self as pb, maintenance_server::Maintenance};
-use std::sync::atomic::Ordering;
 use tonic::{Request, Response, Status};
 
 /// Serves Status, Alarm, Defragment, Hash, HashKV and Snapshot.
@@ -22,7 +22,7 @@ impl Maintenance for MaintenanceService {
         let r = r.into_inner();
         let Shared {
             store,
-            proposer,
+            backend,
             info,
             ..
         } = &self.0;
@@ -33,8 +33,13 @@ impl Maintenance for MaintenanceService {
             // those is a response it cannot send).
             _ => AlarmAction::Get,
         };
-        let alarms = proposer
-            .alarm(store, action, r.member_id, r.alarm)
+        let change = AlarmChange {
+            action,
+            member_id: r.member_id,
+            alarm: r.alarm,
+        };
+        let alarms = backend
+            .alarm(change)
             .await
             .map_err(status)?
             .into_iter()
@@ -55,36 +60,23 @@ impl Maintenance for MaintenanceService {
     ) -> Result<Response<pb::StatusResponse>, Status> {
         let Shared {
             store,
-            proposer,
+            backend,
             info,
             ..
         } = &self.0;
         let stats = store.stats();
-        let applied = stats.applied_index.load(Ordering::Relaxed);
-        // A cluster member reports Raft's leader, term and indexes.
-        let (leader, raft_term, raft_index, raft_applied_index) = match proposer.node() {
-            None => (info.member_id, info.raft_term, applied, applied),
-            Some(n) => {
-                let s = n.status();
-                (
-                    s.leader().unwrap_or(0),
-                    s.term(),
-                    s.committed(),
-                    s.applied(),
-                )
-            }
-        };
+        let raft = backend.raft_view();
         Ok(Response::new(pb::StatusResponse {
             header: info.header(store.current_revision()),
             version: ETCD_VERSION.to_string(),
             db_size: stats.backend_bytes(),
             db_size_in_use: stats.backend_in_use(),
-            leader,
-            raft_index,
-            raft_term,
-            raft_applied_index,
+            leader: raft.leader,
+            raft_index: raft.committed_index,
+            raft_term: raft.term,
+            raft_applied_index: raft.applied_index,
             errors: store.alarms().iter().map(alarm_text).collect(),
-            is_learner: proposer.node().is_some_and(|n| n.is_learner()),
+            is_learner: raft.is_learner,
             storage_version: STORAGE_VERSION.to_string(),
             // The quota this member refuses writes at (0: none).
             db_size_quota: store.config().quota_bytes.unwrap_or(0),
@@ -149,11 +141,7 @@ impl Maintenance for MaintenanceService {
         super::authz::require_root(&self.0, &r).await?;
         let waits = super::deadline::client_timeout(r.metadata());
         let target = r.into_inner().target_id;
-        match self.0.proposer.node() {
-            // A single member leads already: only itself is a transferee.
-            None => crate::cluster::leadership::move_leader_single(self.0.info.member_id, target)?,
-            Some(n) => crate::cluster::leadership::move_leader(n, target, waits).await?,
-        }
+        self.0.backend.move_leader(target, waits).await?;
         // etcd 3.4 answers with an empty response (no header).
         Ok(Response::new(pb::MoveLeaderResponse::default()))
     }

@@ -1,7 +1,9 @@
 //! gRPC adapters: one per etcd service. Each decodes the wire request into
-//! the store core's types, calls the core, and encodes the answer; no etcd
-//! semantics live here beyond what is about the wire itself (headers, size
-//! limits, streaming).
+//! the store core's types, calls the backend (`crate::backend`) or, for a
+//! read, the store, and encodes the answer; no etcd semantics live here
+//! beyond what is about the wire itself (headers, size limits, streaming),
+//! and nothing depends on whether the server is a single or a cluster
+//! member.
 
 mod auth;
 mod authz;
@@ -32,7 +34,7 @@ pub use maintenance::MaintenanceService;
 pub use overload::{Overload, PreEncoded, ResponsePermit, SendPreEncoded};
 pub use watch::WatchService;
 
-use crate::cluster::Proposer;
+use crate::backend::{MemberInfo, Mode, SingleMember};
 use crate::error::Error;
 use crate::metrics::Metrics;
 use crate::mvcc::Store;
@@ -86,6 +88,18 @@ impl ServerInfo {
         }
     }
 
+    /// The backend of a single member with this identity, over `store`.
+    pub fn single_member(&self, store: Arc<Store>) -> Mode {
+        let me = MemberInfo {
+            id: self.member_id,
+            name: self.name.clone(),
+            peer_urls: self.peer_urls.clone(),
+            client_urls: self.client_urls.clone(),
+            is_learner: false,
+        };
+        Mode::Single(SingleMember::new(store, me, self.raft_term))
+    }
+
     /// The header of a top-level response at `revision`.
     pub fn header(&self, revision: i64) -> Option<ResponseHeader> {
         Some(ResponseHeader {
@@ -111,9 +125,9 @@ fn fnv64(bytes: &[u8]) -> u64 {
 pub struct Shared {
     /// The store core.
     pub store: Arc<Store>,
-    /// Where mutations go: the store itself, or the Raft log in cluster
-    /// mode.
-    pub proposer: Proposer,
+    /// What serves every operation beyond a local read: the store itself
+    /// (single member) or the Raft log (cluster member).
+    pub backend: Mode,
     /// Identity and limits.
     pub info: Arc<ServerInfo>,
     /// Counters and gauges.

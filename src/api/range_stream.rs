@@ -21,6 +21,7 @@
 //! of the client, so a stream holds about two chunks whatever the range.
 
 use super::{convert, shutting_down, status, stopped, Shared};
+use crate::backend::Backend;
 use crate::error::Error;
 use crate::mvcc::{RangeRequest, SortOrder, SortTarget};
 use crate::proto::etcdserverpb as pb;
@@ -70,9 +71,8 @@ pub(super) async fn start(
     let req = convert::range_request(req);
     check(&req)?;
     shared.metrics.range_total.inc();
-    if let (Some(node), false) = (shared.proposer.node(), serializable) {
-        // Cluster mode: a linearizable read waits for its read index.
-        node.read_barrier().await.map_err(status)?;
+    if !serializable {
+        shared.backend.read_index().await.map_err(status)?;
     }
     let (tx, rx) = mpsc::channel(1);
     let shared = shared.clone();

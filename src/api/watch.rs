@@ -4,7 +4,7 @@
 //! task; writers and other streams are unaffected.
 
 use super::{convert, Shared};
-use crate::cluster::leadership;
+use crate::backend::{Backend, LeaderLoss};
 use crate::proto::etcdserverpb::{self as pb, watch_request::RequestUnion, watch_server::Watch};
 use crate::watch::{Output, WatchSpec, WatchStream};
 use futures::Stream;
@@ -30,7 +30,7 @@ impl Watch for WatchService {
         &self,
         req: Request<Streaming<pb::WatchRequest>>,
     ) -> Result<Response<WatchOut>, Status> {
-        let lost = leadership::leader_lost(self.0.proposer.node(), req.metadata());
+        let lost = self.0.backend.leader_loss(req.metadata());
         let creds = super::authz::Credentials::of(&req);
         let inbound = req.into_inner();
         let (tx, rx) = mpsc::channel(16);
@@ -46,7 +46,7 @@ async fn run(
     shared: Shared,
     mut inbound: Streaming<pb::WatchRequest>,
     tx: Tx,
-    mut lost: leadership::Lost,
+    mut lost: LeaderLoss,
     creds: super::authz::Credentials,
 ) {
     let store = shared.store.clone();
@@ -73,7 +73,7 @@ async fn run(
         let outs = tokio::select! {
             // `hasleader` and no leader for three election timeouts.
             _ = lost.wait() => {
-                let _ = tx.send(Err(leadership::Lost::status())).await;
+                let _ = tx.send(Err(LeaderLoss::status())).await;
                 return;
             }
             msg = inbound.message() => match msg {

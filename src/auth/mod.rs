@@ -4,7 +4,7 @@
 //! # Where it sits
 //! The store core owns one [`AuthStore`] (`Store::auth`), so every auth
 //! change is an `mvcc::Entry::Auth` applied by `Store::apply` like any
-//! write, and goes through the `Proposer`: in cluster mode, through the
+//! write, and goes through the backend (`crate::backend`): in cluster mode, through the
 //! Raft log to every member. Applying is deterministic: a password's bcrypt
 //! hash ([`hash_password`]) and a token ([`AuthStore::new_token`]) are made by the
 //! member that proposes, and the entry carries them.

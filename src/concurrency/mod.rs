@@ -18,7 +18,7 @@
 //!   own is deleted: it repeatedly finds the newest such key and waits for
 //!   its deletion.
 //!
-//! Writes go through the [`Proposer`], so this works in cluster mode; reads
+//! Writes go through the backend, so this works in cluster mode; reads
 //! are linearizable there (read barrier first), as clientv3's are; waits
 //! follow the store's change log through the watch hub (`wait::Follow`).
 //!
@@ -31,7 +31,7 @@ mod wait;
 
 pub use recipe_error::RecipeError;
 
-use crate::cluster::Proposer;
+use crate::backend::{Backend, Mode};
 use crate::error::Error;
 use crate::mvcc::{
     Compare, CompareResult, CompareTarget, DeleteRequest, EventKind, Kv, PutRequest, RangeRequest,
@@ -79,7 +79,7 @@ pub type Observed = (i64, Kv);
 #[derive(Clone)]
 pub struct Recipes {
     store: Arc<Store>,
-    proposer: Proposer,
+    backend: Mode,
     stop: watch::Receiver<bool>,
 }
 
@@ -196,7 +196,7 @@ impl Cleanup {
     async fn run(mut self) {
         if let Some(r) = self.recipes.take() {
             let txn = std::mem::take(&mut self.txn);
-            let _ = r.proposer.txn(&r.store, txn).await;
+            let _ = r.backend.txn(None, txn).await;
         }
     }
 }
@@ -208,7 +208,7 @@ impl Drop for Cleanup {
         };
         let txn = std::mem::take(&mut self.txn);
         rt.spawn(async move {
-            if let Err(e) = r.proposer.txn(&r.store, txn).await {
+            if let Err(e) = r.backend.txn(None, txn).await {
                 let error = e.message();
                 tracing::warn!(error, "removing an abandoned lock or campaign key failed");
             }
@@ -217,26 +217,24 @@ impl Drop for Cleanup {
 }
 
 impl Recipes {
-    /// The recipes over `store`, writing through `proposer`; waits end when
+    /// The recipes over `store`, writing through `backend`; waits end when
     /// `stop` turns true.
-    pub fn new(store: Arc<Store>, proposer: Proposer, stop: watch::Receiver<bool>) -> Self {
+    pub fn new(store: Arc<Store>, backend: Mode, stop: watch::Receiver<bool>) -> Self {
         Recipes {
             store,
-            proposer,
+            backend,
             stop,
         }
     }
 
     /// A Range as clientv3's Get makes it: linearizable in cluster mode.
     async fn range(&self, req: RangeRequest) -> Result<RangeResponse> {
-        if let Some(node) = self.proposer.node() {
-            node.read_barrier().await?;
-        }
+        self.backend.read_index().await?;
         Ok(self.store.range(&req)?)
     }
 
     async fn txn(&self, req: TxnRequest) -> Result<TxnResponse> {
-        Ok(self.proposer.txn(&self.store, req).await?)
+        Ok(self.backend.txn(None, req).await?)
     }
 
     /// The session lease for a request naming `lease`: 0 gets a new lease
@@ -247,16 +245,11 @@ impl Recipes {
     /// default): a session cannot start on a lease that is gone.
     async fn session(&self, lease: i64, check: bool) -> Result<i64> {
         if lease == 0 {
-            let granted = self
-                .proposer
-                .lease_grant(&self.store, 0, SESSION_TTL)
-                .await?;
+            let granted = self.backend.lease_grant(0, SESSION_TTL).await?;
             return Ok(granted.id);
         }
         if check && self.store.limits().adopt_unknown_ttl.is_some() {
-            if let Some(node) = self.proposer.node() {
-                node.read_barrier().await?;
-            }
+            self.backend.read_index().await?;
             if self.store.lease_time_to_live(lease, false).ttl == -1 {
                 return Err(Error::LeaseNotFound.into());
             }
@@ -355,7 +348,7 @@ impl Recipes {
             key,
             ..Default::default()
         };
-        Ok(self.proposer.delete_range(&self.store, req).await?.revision)
+        Ok(self.backend.delete_range(None, req).await?.revision)
     }
 
     /// Campaign: put `<name>/<lease>` with `value` (or proclaim `value` on

@@ -7,7 +7,15 @@ const BOUND: Duration = Duration::from_secs(5);
 fn recipes() -> (Recipes, watch::Sender<bool>) {
     let (stop, stop_rx) = watch::channel(false);
     let store = Arc::new(Store::new(StoreConfig::default()));
-    (Recipes::new(store, Proposer::Local, stop_rx), stop)
+    let me = crate::backend::MemberInfo {
+        id: 1,
+        name: "default".into(),
+        peer_urls: Vec::new(),
+        client_urls: Vec::new(),
+        is_learner: false,
+    };
+    let single = crate::backend::SingleMember::new(store.clone(), me, 2);
+    (Recipes::new(store, Mode::Single(single), stop_rx), stop)
 }
 
 fn grant(r: &Recipes) -> i64 {

@@ -22,6 +22,7 @@ mod json;
 mod routes;
 
 use crate::api::{GrpcGoLimits, SendPreEncoded, Shared};
+use crate::backend::Backend;
 use crate::metrics::grpc::GrpcMetricsLayer;
 use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
@@ -48,9 +49,7 @@ pub fn client_routes(grpc: tonic::service::Routes, shared: &Shared) -> tonic::se
     let stack = tower::ServiceBuilder::new()
         .layer(GrpcMetricsLayer(shared.metrics.grpc.clone()))
         .layer(GrpcGoLimits)
-        .layer(crate::cluster::leadership::RequireLeaderLayer(
-            shared.proposer.node().cloned(),
-        ))
+        .layer(shared.backend.interceptor())
         .layer(SendPreEncoded)
         .service(grpc.clone())
         .map_response(|r| r.map(tonic::body::Body::new));

@@ -26,12 +26,14 @@
 //! compares).
 
 use super::alarms;
+use super::command::{AlarmChange, Command, Compaction};
 use super::entry::{Applied, Entry};
 use super::initial::COMPACT_REV_KEY;
 use super::journal::{self, Change};
 use super::store::Store;
 use super::types::*;
 use super::validate;
+use crate::auth::AuthInfo;
 use crate::error::{Error, Result};
 
 impl Store {
@@ -243,84 +245,63 @@ impl Store {
         self.write_txn(&req, None)
     }
 
-    // ------------------------------------------------ per-kind conveniences
+    // ------------------------------------------------ typed commands
     //
-    // What a single-member server calls: the entry applied, then the
-    // caller's duties the apply path leaves out (arming the timers of leases
-    // a put adopted).
+    // What a single-member server calls: the space check, the entry
+    // applied, then the caller's duties the apply path leaves out (arming
+    // the timers of leases a write adopted or granted).
+
+    /// Applies a client's `command`, sent by `by` while auth is enabled,
+    /// and answers it (waits on the calling thread).
+    pub fn apply_command<C: Command>(&self, command: C, by: Option<AuthInfo>) -> Result<C::Answer> {
+        let entry = self.checked(command, by)?;
+        let applied = self.apply(entry)?;
+        self.arm_new_leases();
+        C::answer(applied)
+    }
+
+    /// [`Store::apply_command`] for async callers.
+    pub async fn apply_command_async<C: Command>(
+        &self,
+        command: C,
+        by: Option<AuthInfo>,
+    ) -> Result<C::Answer> {
+        let entry = self.checked(command, by)?;
+        let applied = self.apply_async(entry).await?;
+        self.arm_new_leases();
+        C::answer(applied)
+    }
+
+    /// `command`'s entry, once it passed etcd's checks in etcd's order:
+    /// the space quota first, then the request itself (the permissions
+    /// are checked as it applies).
+    fn checked<C: Command>(&self, command: C, by: Option<AuthInfo>) -> Result<Entry> {
+        let entry = command.into_entry_by(by);
+        self.refuse_over_quota(&entry)?;
+        validate::check_request(&entry, self.limits().max_txn_ops)?;
+        Ok(entry)
+    }
 
     /// Put with etcd's semantics (see [`Entry::Put`]).
     pub fn put(&self, req: PutRequest) -> Result<PutResponse> {
-        let entry = Entry::Put(req);
-        self.refuse_over_quota(&entry)?;
-        let applied = self.apply(entry)?;
-        self.arm_new_leases();
-        match applied {
-            Applied::Put(p) => Ok(p),
-            other => unreachable!("a put applied as {other:?}"),
-        }
-    }
-
-    /// [`Store::put`] for async callers.
-    pub async fn put_async(&self, req: PutRequest) -> Result<PutResponse> {
-        let entry = Entry::Put(req);
-        self.refuse_over_quota(&entry)?;
-        let applied = self.apply_async(entry).await?;
-        self.arm_new_leases();
-        match applied {
-            Applied::Put(p) => Ok(p),
-            other => unreachable!("a put applied as {other:?}"),
-        }
+        self.apply_command(req, None)
     }
 
     /// DeleteRange with etcd's semantics.
     pub fn delete_range(&self, req: DeleteRequest) -> Result<DeleteResponse> {
-        match self.apply(Entry::Delete(req))? {
-            Applied::Delete(d) => Ok(d),
-            other => unreachable!("a delete applied as {other:?}"),
-        }
-    }
-
-    /// [`Store::delete_range`] for async callers.
-    pub async fn delete_range_async(&self, req: DeleteRequest) -> Result<DeleteResponse> {
-        match self.apply_async(Entry::Delete(req)).await? {
-            Applied::Delete(d) => Ok(d),
-            other => unreachable!("a delete applied as {other:?}"),
-        }
+        self.apply_command(req, None)
     }
 
     /// Txn with etcd's semantics.
     pub fn txn(&self, req: TxnRequest) -> Result<TxnResponse> {
-        let entry = Entry::Txn(req);
-        self.refuse_over_quota(&entry)?;
-        let applied = self.apply(entry)?;
-        self.arm_new_leases();
-        match applied {
-            Applied::Txn(t) => Ok(t),
-            other => unreachable!("a txn applied as {other:?}"),
-        }
-    }
-
-    /// [`Store::txn`] for async callers.
-    pub async fn txn_async(&self, req: TxnRequest) -> Result<TxnResponse> {
-        let entry = Entry::Txn(req);
-        self.refuse_over_quota(&entry)?;
-        let applied = self.apply_async(entry).await?;
-        self.arm_new_leases();
-        match applied {
-            Applied::Txn(t) => Ok(t),
-            other => unreachable!("a txn applied as {other:?}"),
-        }
+        self.apply_command(req, None)
     }
 
     /// Compacts history at `rev`: reads below it fail from now on, and every
     /// key keeps its newest version at or below it (unless that is a
     /// delete). Returns the current revision.
     pub fn compact(&self, rev: i64) -> Result<i64> {
-        match self.apply(Entry::Compact { revision: rev })? {
-            Applied::Compact { revision } => Ok(revision),
-            other => unreachable!("a compaction applied as {other:?}"),
-        }
+        self.apply_command(Compaction { revision: rev }, None)
     }
 }
 
@@ -333,14 +314,12 @@ impl Store {
         member_id: u64,
         alarm: i32,
     ) -> Result<Vec<AlarmMember>> {
-        match self.apply(Entry::Alarm {
+        let change = AlarmChange {
             action,
             member_id,
             alarm,
-        })? {
-            Applied::Alarm { alarms } => Ok(alarms),
-            other => unreachable!("an alarm applied as {other:?}"),
-        }
+        };
+        self.apply_command(change, None)
     }
 
     /// Every raised alarm.

@@ -100,19 +100,6 @@ impl Store {
             revision: self.current_revision(),
         }
     }
-
-    /// Applies `entry` on behalf of `by` (auth enabled), single member.
-    pub async fn apply_as_async(&self, by: AuthInfo, entry: Entry) -> Result<Applied> {
-        self.refuse_over_quota(&entry)?;
-        let applied = self
-            .apply_async(Entry::Authorized {
-                by,
-                entry: Box::new(entry),
-            })
-            .await?;
-        self.arm_new_leases();
-        Ok(applied)
-    }
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@
 //! ID for a grant that left it to the server, arming new leases' timers, and
 //! deciding which leases expired, all with the clock.
 
+use super::command::{LeaseGrant, LeaseRevoke};
 use super::entry::{Applied, Entry};
 use super::store::Store;
 use super::types::*;
@@ -21,59 +22,36 @@ const ID_ATTEMPTS: usize = 16;
 impl Store {
     /// Grants a lease. `id == 0` lets the server choose a positive ID.
     pub fn lease_grant(&self, id: i64, ttl: i64) -> Result<LeaseGrantResponse> {
-        let mut attempts = 0;
+        let mut draws = IdDraws::new(id);
         loop {
-            let entry = self.grant_entry(id, ttl)?;
-            if let Some(done) = self.granted(id, self.apply(entry), &mut attempts) {
-                return done;
+            match self.apply_command(self.grant_of(id, ttl), None) {
+                Err(e) if draws.again(&e) => {}
+                done => return done,
             }
         }
     }
 
     /// [`Store::lease_grant`] for async callers.
     pub async fn lease_grant_async(&self, id: i64, ttl: i64) -> Result<LeaseGrantResponse> {
-        let mut attempts = 0;
+        let mut draws = IdDraws::new(id);
         loop {
-            let entry = self.grant_entry(id, ttl)?;
-            let applied = self.apply_async(entry).await;
-            if let Some(done) = self.granted(id, applied, &mut attempts) {
-                return done;
+            match self.apply_command_async(self.grant_of(id, ttl), None).await {
+                Err(e) if draws.again(&e) => {}
+                done => return done,
             }
         }
     }
 
-    /// The entry of a grant of `id` (0: an ID chosen now), within the quota.
-    fn grant_entry(&self, id: i64, ttl: i64) -> Result<Entry> {
-        let chosen = if id == 0 {
+    /// The grant of lease `id` for `ttl` seconds; `id == 0` gets an ID
+    /// drawn now. In cluster mode the proposing member draws it and the
+    /// entry carries it.
+    pub fn grant_of(&self, id: i64, ttl: i64) -> LeaseGrant {
+        let id = if id == 0 {
             self.lessor().choose_id()
         } else {
             id
         };
-        let entry = Entry::LeaseGrant { id: chosen, ttl };
-        self.refuse_over_quota(&entry)?;
-        Ok(entry)
-    }
-
-    /// What a grant's outcome answers, or None to try another chosen ID (a
-    /// lease granted meanwhile took it).
-    fn granted(
-        &self,
-        requested: i64,
-        outcome: Result<Applied>,
-        attempts: &mut usize,
-    ) -> Option<Result<LeaseGrantResponse>> {
-        match outcome {
-            Ok(Applied::LeaseGrant { id, ttl, revision }) => {
-                self.arm_new_leases();
-                Some(Ok(LeaseGrantResponse { revision, id, ttl }))
-            }
-            Ok(other) => unreachable!("a grant applied as {other:?}"),
-            Err(Error::LeaseExist) if requested == 0 && *attempts < ID_ATTEMPTS => {
-                *attempts += 1;
-                None
-            }
-            Err(e) => Some(Err(e)),
-        }
+        LeaseGrant { id, ttl }
     }
 
     /// Revokes a lease: every key still attached to it is deleted at one
@@ -81,12 +59,12 @@ impl Store {
     /// after. Waits on the calling thread; async callers use
     /// [`Store::lease_revoke_async`].
     pub fn lease_revoke(&self, id: i64) -> Result<i64> {
-        revoked(self.apply(Entry::LeaseRevoke { id })?)
+        self.apply_command(LeaseRevoke { id }, None)
     }
 
     /// [`Store::lease_revoke`] for async callers.
     pub async fn lease_revoke_async(&self, id: i64) -> Result<i64> {
-        revoked(self.apply_async(Entry::LeaseRevoke { id }).await?)
+        self.apply_command_async(LeaseRevoke { id }, None).await
     }
 
     /// Refreshes a lease in memory. As in etcd, the header revision is read
@@ -137,14 +115,6 @@ impl Store {
             .into_iter()
             .map(|id| (id, self.lease_revoke(id)))
             .collect()
-    }
-
-    /// A free, positive lease ID for a grant that leaves the choice to the
-    /// server. In cluster mode the proposing member chooses it and the
-    /// entry carries it; a clash with a lease granted meanwhile fails the
-    /// grant with `lease already exists`, and the caller draws again.
-    pub fn choose_lease_id(&self) -> i64 {
-        self.lessor().choose_id()
     }
 
     /// The leases whose time ran out by `now` (at most `max`), without
@@ -205,9 +175,27 @@ impl Store {
     }
 }
 
-fn revoked(applied: Applied) -> Result<i64> {
-    match applied {
-        Applied::LeaseRevoke { revision } => Ok(revision),
-        other => unreachable!("a revoke applied as {other:?}"),
+/// The draws of a server-chosen lease ID for one grant: a grant that left
+/// the ID to the server and lost it to a lease granted meanwhile (`lease
+/// already exists`) is tried again with a new draw, a few times.
+pub struct IdDraws {
+    server_chosen: bool,
+    attempts: usize,
+}
+
+impl IdDraws {
+    /// The draws for a grant that asked for `requested` (0: any ID).
+    pub fn new(requested: i64) -> Self {
+        IdDraws {
+            server_chosen: requested == 0,
+            attempts: 0,
+        }
+    }
+
+    /// Whether a grant that failed with `e` is tried again.
+    pub fn again(&mut self, e: &Error) -> bool {
+        let again = self.server_chosen && *e == Error::LeaseExist && self.attempts < ID_ATTEMPTS;
+        self.attempts += usize::from(again);
+        again
     }
 }

@@ -6,6 +6,7 @@
 //! Dependencies run one way, from the bottom up:
 //! ```text
 //! types, entry        plain request/response data; Entry/Applied
+//! command             each client mutation typed: its entry and its answer
 //! backend_size        a version's bytes in etcd's backend, for the quota
 //! history             one key's versions: visibility, pruning
 //! index               every key's history, ordered and hashed
@@ -34,6 +35,7 @@ mod apply;
 mod authorize;
 mod backend_size;
 mod chunk;
+mod command;
 mod compact;
 mod compare;
 mod entry;
@@ -68,14 +70,17 @@ mod tests;
 
 pub use alarms::{ALARM_CORRUPT, ALARM_NONE, ALARM_NOSPACE};
 pub use chunk::{RangeChunk, KV_OVERHEAD};
+pub use command::{AlarmChange, Command, Compaction, LeaseGrant, LeaseRevoke};
 pub use entry::{Applied, Entry};
 pub use image::{ImageLease, ImageVersion, StoreImage};
 pub use initial::COMPACT_REV_KEY;
 pub use journal::{Change, Journal, ReplayError, Replayed};
 pub use journaled::SnapshotCut;
+pub use leases::IdDraws;
 pub use limits::Limits;
 pub use log::{EventLog, LoggedEvent};
 pub use quota::{space_cost, Space};
 pub use stats::Stats;
 pub use store::{Store, StoreConfig};
 pub use types::*;
+pub use validate::check_request;

@@ -114,7 +114,7 @@ impl Store {
 
     /// A single member's space check: applies the alarm it raises, and
     /// refuses what does not fit. (A cluster member proposes the alarm
-    /// instead: `cluster::Proposer`.)
+    /// instead: `backend::ClusterMember`.)
     pub(crate) fn refuse_over_quota(&self, entry: &Entry) -> Result<()> {
         match self.check_space(entry) {
             Space::Fits => Ok(()),

@@ -2,10 +2,27 @@
 //! DeleteRange and Txn, in etcd's order, so the first error a client sees is
 //! the one etcd would report.
 
+use super::entry::Entry;
 use super::types::*;
 use crate::error::{Error, Result};
 use bytes::Bytes;
 use std::collections::HashSet;
+
+/// etcd's stateless checks of a client's request as `entry` carries it
+/// (nothing for entries that are not requests), run before it is applied
+/// or proposed so that a malformed request is refused by the member it
+/// reached and never replicated; `max_txn_ops` is `--max-txn-ops`. The
+/// apply path checks again, as every member must for an entry it did not
+/// propose.
+pub fn check_request(entry: &Entry, max_txn_ops: usize) -> Result<()> {
+    match entry {
+        Entry::Put(p) => check_put(p),
+        Entry::Delete(d) => check_key(&d.key),
+        Entry::Txn(t) => check_txn(t, max_txn_ops),
+        Entry::Authorized { entry, .. } => check_request(entry, max_txn_ops),
+        _ => Ok(()),
+    }
+}
 
 /// etcd's checks for a txn, in etcd's order: op counts, compare keys, every
 /// op recursively (nested txns get what is left of the op budget), then the

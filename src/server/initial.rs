@@ -26,7 +26,7 @@ const TICK: Duration = Duration::from_millis(50);
 /// every member of a cluster with revision continuity; ends once the
 /// entry is applied here.
 pub(super) async fn propose_initial_revision(shared: Shared) {
-    let Some(node) = shared.proposer.node().cloned() else {
+    let Some(node) = shared.backend.cluster_node().cloned() else {
         return;
     };
     let mut stop = shared.stop.clone();

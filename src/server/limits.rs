@@ -18,7 +18,7 @@ const TICK: Duration = Duration::from_millis(50);
 
 /// Runs for the member's life (cluster mode only).
 pub(super) async fn replicate_limits(shared: Shared) {
-    let Some(node) = shared.proposer.node().cloned() else {
+    let Some(node) = shared.backend.cluster_node().cloned() else {
         return;
     };
     let own = shared.store.own_limits();

@@ -26,8 +26,8 @@ use crate::api::{
     AuthService, ClusterService, ElectionService, GrpcGoLimits, KvService, LeaseService,
     LockService, MaintenanceService, Overload, SendPreEncoded, ServerInfo, Shared, WatchService,
 };
-use crate::cluster::leadership::RequireLeaderLayer;
-use crate::cluster::{PeerService, Proposer};
+use crate::backend::{Backend, ClusterMember, Mode};
+use crate::cluster::PeerService;
 use crate::config::{listen_addr, Config};
 use crate::metrics::{grpc::GrpcMetricsLayer, Metrics};
 use crate::mvcc::Store;
@@ -326,7 +326,7 @@ impl Server {
             }
             None => None,
         };
-        let (peer_listeners, proposer) = match (&config.cluster, member) {
+        let (peer_listeners, backend) = match (&config.cluster, member) {
             (Some(c), Some(boot)) => {
                 let peers = bind_all(&c.listen_peer_urls).await?;
                 // The server runs the limits replicator (`limits.rs`).
@@ -343,9 +343,12 @@ impl Server {
                     disk,
                     peer_settings.clone(),
                 )?;
-                (peers, Proposer::Replicated(node))
+                (
+                    peers,
+                    Mode::Cluster(ClusterMember::new(store.clone(), node)),
+                )
             }
-            _ => (Vec::new(), Proposer::Local),
+            _ => (Vec::new(), info.single_member(store.clone())),
         };
         let (stop, stop_rx) = watch::channel(false);
         let metrics = Metrics::new();
@@ -368,13 +371,13 @@ impl Server {
         if let Some(wal) = &wal {
             wal.report_to(wal_metrics.clone());
         }
-        if let Some(node) = proposer.node() {
+        if let Some(node) = backend.cluster_node() {
             node.report_log_to(wal_metrics);
         }
         Ok(Server {
             shared: Shared {
                 store,
-                proposer,
+                backend,
                 info: Arc::new(info),
                 metrics: Arc::new(metrics),
                 overload: Arc::new(Overload::new(
@@ -420,7 +423,7 @@ impl Server {
     ) -> Result<(), String> {
         let stop_tx = self.stop;
         let stop_rx = self.shared.stop.clone();
-        let handover = self.shared.proposer.node().cloned();
+        let handover = self.shared.backend.cluster_node().cloned();
         tokio::spawn(async move {
             // A member removed from the cluster stops as on a signal.
             match &handover {
@@ -448,7 +451,7 @@ impl Server {
             self.config.auto_compaction()?,
             self.config.compaction_safety_net,
         );
-        let node = self.shared.proposer.node().cloned();
+        let node = self.shared.backend.cluster_node().cloned();
         let compactor = policy.map(|policy| {
             tokio::spawn(auto_compact(
                 store.clone(),
@@ -580,7 +583,7 @@ impl Server {
             let router = tonic::transport::Server::builder()
                 .layer(GrpcMetricsLayer(gateway_shared.metrics.grpc.clone()))
                 .layer(GrpcGoLimits)
-                .layer(RequireLeaderLayer(gateway_shared.proposer.node().cloned()))
+                .layer(gateway_shared.backend.interceptor())
                 .layer(SendPreEncoded)
                 .accept_http1(true)
                 .max_concurrent_streams(Some(self.config.max_concurrent_streams))

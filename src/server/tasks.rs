@@ -4,9 +4,10 @@
 //! clock.
 
 use crate::api::Shared;
-use crate::cluster::{Node, Proposer};
+use crate::cluster::Node;
 use crate::config::AutoCompaction;
 use crate::mvcc::Store;
+use crate::mvcc::{Command, Compaction};
 use crate::persist;
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -251,7 +252,10 @@ pub(super) async fn auto_compact(
         };
         let done = match &node {
             Some(node) if !node.status().is_leader() => continue,
-            Some(node) => Ok(Proposer::compact_replicated(node, target).await),
+            Some(node) => {
+                let compaction = Compaction { revision: target }.into_entry();
+                Ok(node.propose(compaction).await.and_then(Compaction::answer))
+            }
             None => {
                 let s = store.clone();
                 tokio::task::spawn_blocking(move || s.compact(target)).await
@@ -288,7 +292,7 @@ pub(super) async fn expire_leases(shared: Shared) {
             _ = tick.tick() => {}
             _ = crate::api::stopped(&mut stop) => return,
         }
-        if let Some(node) = shared.proposer.node() {
+        if let Some(node) = shared.backend.cluster_node() {
             crate::cluster::lease_forward::leader_round(
                 &shared.metrics.lease_expired,
                 node,

@@ -415,3 +415,52 @@ fn no_mutable_process_globals_or_environment_reads_in_the_library() {
     }
     assert!(found.is_empty(), "process globals:\n{}", found.join("\n"));
 }
+
+/// The services are thin adapters over one seam (`src/backend/`): they
+/// never name the cluster module, and never ask which mode they serve
+/// (no match on the backend's mode, no reach for the Raft node behind a
+/// cluster member). Their tests may build either mode.
+#[test]
+fn the_services_reach_either_mode_only_through_the_backend() {
+    const ADAPTERS: &[&str] = &["api", "concurrency", "gateway", "http"];
+    const MODE_BRANCHES: &[&str] = &["cluster_node(", "Mode::", ".node()"];
+    let is_adapter = |m: &[String]| m.first().is_some_and(|t| ADAPTERS.contains(&t.as_str()));
+    let is_test = |m: &[String]| {
+        m.last()
+            .is_some_and(|l| l == "tests" || l.ends_with("_tests"))
+    };
+    let graph = edges(&src_dir());
+    let mut found = Vec::new();
+    for (module, uses) in &graph {
+        if !is_adapter(module) || is_test(module) {
+            continue;
+        }
+        for used in uses
+            .iter()
+            .filter(|u| u.first().is_some_and(|t| t == "cluster"))
+        {
+            found.push(format!("{} uses {}", module.join("::"), used.join("::")));
+        }
+    }
+    let src = src_dir();
+    for (module, path) in modules(&src) {
+        if !is_adapter(&module) || is_test(&module) {
+            continue;
+        }
+        let code = code_only(&std::fs::read_to_string(&path).unwrap());
+        for (n, line) in code.lines().enumerate() {
+            if MODE_BRANCHES.iter().any(|b| line.contains(b)) {
+                found.push(format!("{}:{}: {}", module.join("::"), n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        graph[&vec!["api".to_string(), "kv".to_string()]].contains(&vec!["backend".to_string()]),
+        "the checker sees the KV service call the backend"
+    );
+    assert!(
+        found.is_empty(),
+        "mode knowledge in the services:\n{}",
+        found.join("\n")
+    );
+}
