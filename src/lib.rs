@@ -36,11 +36,13 @@
 //! proto.rs    etcd's wire format, generated from `proto/`.
 //! ```
 //! Dependencies run one way: `server` → `api` → (`concurrency` →)
-//! `backend` → `cluster` → `watch` →
-//! `mvcc` → `lease` → `error`; `api` and `cluster` both convert requests
-//! with `wire.rs`, so a replicated request means what a served one does. A request flows `api` → `mvcc::Store::apply` (writes) or
-//! `mvcc::Store::range` (reads) → the change log → `watch` streams. Nothing
-//! below `api` knows about gRPC. ARCHITECTURE.md walks a request through.
+//! `backend` → `cluster` → `watch` → `mvcc` → `lease` → `error`; `api` and
+//! `cluster` both convert requests with `wire.rs`, so a replicated request
+//! means what a served one does. A request flows `api` → `backend` →
+//! `mvcc::Store::apply` (writes: at once on a single member, through the
+//! Raft log on a cluster member) or `mvcc::Store::range` (reads) → the
+//! change log → `watch` streams. Nothing below `cluster` knows about gRPC.
+//! ARCHITECTURE.md walks a request through.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
