@@ -368,15 +368,106 @@ fn check_kind(kind: Kind, v: &str) -> Result<(), String> {
     }
 }
 
-/// `cmd` with every compat flag and `--initial-cluster` added, hidden from
-/// `--help` (README lists them) so the help stays about what ephd does.
+/// The `--help` heading of the flags cluster mode reads.
+pub(super) const CLUSTER_HEADING: &str =
+    "Cluster mode (when --initial-cluster names other members than this one)";
+
+/// What `--help` says of each flag cluster mode reads.
+const CLUSTER_HELP: &[(&str, &str)] = &[
+    (
+        "initial-cluster",
+        "Every member at bootstrap, name=peerURL,... (a name may repeat for \
+         several URLs). Naming another member than --name turns on cluster mode",
+    ),
+    (
+        "listen-peer-urls",
+        "Comma-separated URLs to serve the other members on",
+    ),
+    (
+        "initial-advertise-peer-urls",
+        "Comma-separated peer URLs the other members reach this one at",
+    ),
+    (
+        "initial-cluster-state",
+        "new: form a new cluster; existing: join a running cluster that added \
+         this member with MemberAdd [default: new]",
+    ),
+    (
+        "initial-cluster-token",
+        "Token of the cluster at bootstrap: members with different tokens never \
+         form one cluster [default: etcd-cluster]",
+    ),
+    (
+        "heartbeat-interval",
+        "Raft heartbeat interval, milliseconds [default: 100]",
+    ),
+    (
+        "election-timeout",
+        "Raft election timeout, milliseconds [default: 1000]",
+    ),
+    (
+        "force-new-cluster",
+        "Start as a one-member cluster with this member's data and IDs, every \
+         other member removed (RELIABILITY.md says what may be lost)",
+    ),
+    (
+        "snapshot-count",
+        "Entries applied between two compactions of the Raft log",
+    ),
+    (
+        "snapshot-catchup-entries",
+        "Entries a Raft log compaction keeps for slow followers; one further \
+         behind is sent a snapshot",
+    ),
+    (
+        "experimental-snapshot-catchup-entries",
+        "etcd 3.5's name of --snapshot-catchup-entries",
+    ),
+    (
+        "peer-cert-file",
+        "Certificate this member serves to, and presents to, the other members \
+         (https:// peer URLs)",
+    ),
+    ("peer-key-file", "Key of --peer-cert-file"),
+    (
+        "peer-trusted-ca-file",
+        "CA that signs every member's peer certificate, checked both ways",
+    ),
+    (
+        "peer-client-cert-auth",
+        "Require a certificate of connecting members (always so with \
+         --peer-trusted-ca-file, as in etcd)",
+    ),
+    (
+        "peer-cert-allowed-cn",
+        "Common name every other member's peer certificate must have",
+    ),
+    (
+        "peer-cert-allowed-hostname",
+        "Host name every other member's peer certificate must be valid for",
+    ),
+    (
+        "peer-crl-file",
+        "Revocation lists: a connecting member whose certificate they revoke is \
+         refused",
+    ),
+];
+
+/// `cmd` with every compat flag and `--initial-cluster` added. The flags
+/// cluster mode reads are listed under their own heading; the others are
+/// hidden from `--help` (README lists them) so the help stays about what
+/// ephd does.
 pub(super) fn add_compat_args(mut cmd: Command) -> Command {
+    let shown = |arg: Arg, name: &str| match CLUSTER_HELP.iter().find(|(n, _)| *n == name) {
+        Some((_, help)) => arg.help(*help).help_heading(CLUSTER_HEADING),
+        None => arg.hide(true),
+    };
     for compat in COMPAT {
         let kind = compat.kind;
-        let mut arg = Arg::new(compat.name)
+        let arg = Arg::new(compat.name)
             .long(compat.name)
-            .hide(true)
             .value_parser(move |v: &str| check_kind(kind, v).map(|()| v.to_string()));
+        let mut arg = shown(arg, compat.name);
         if kind == Kind::Bool {
             // Go's boolean flags take `--flag` or `--flag=false`, never
             // `--flag false`.
@@ -387,12 +478,10 @@ pub(super) fn add_compat_args(mut cmd: Command) -> Command {
         }
         cmd = cmd.arg(arg);
     }
-    cmd.arg(
-        Arg::new("initial-cluster")
-            .long("initial-cluster")
-            .hide(true)
-            .value_parser(clap::builder::NonEmptyStringValueParser::new()),
-    )
+    let initial = Arg::new("initial-cluster")
+        .long("initial-cluster")
+        .value_parser(clap::builder::NonEmptyStringValueParser::new());
+    cmd.arg(shown(initial, "initial-cluster"))
 }
 
 /// The value a compat flag was given, if it was.

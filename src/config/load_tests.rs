@@ -382,3 +382,34 @@ fn crl_files_come_from_flags_env_and_the_config_file() {
     assert_eq!(l.config.client_crl_file, Some(PathBuf::from("/yaml.pem")));
     assert_eq!(peer_crl(l), Some(PathBuf::from("/yaml-peer.pem")));
 }
+
+#[test]
+fn help_says_what_ephd_is_and_lists_the_cluster_flags_under_their_heading() {
+    let help = command().render_long_help().to_string();
+    assert!(
+        help.starts_with("In-memory, etcd-v3-compatible store"),
+        "{}",
+        help.lines().next().unwrap_or_default()
+    );
+    let heading = help
+        .find(super::etcd::CLUSTER_HEADING)
+        .expect("the cluster heading");
+    let cluster_part = &help[heading..];
+    for flag in [
+        "--initial-cluster ",
+        "--listen-peer-urls",
+        "--initial-advertise-peer-urls",
+        "--initial-cluster-state",
+        "--election-timeout",
+        "--peer-trusted-ca-file",
+        "--force-new-cluster",
+    ] {
+        assert!(
+            cluster_part.contains(flag),
+            "{flag} under the cluster heading"
+        );
+    }
+    // etcd flags that do nothing here stay out of the help.
+    assert!(!help.contains("--discovery-srv"));
+    assert!(!help.contains("--experimental-corrupt-check-time"));
+}
