@@ -12,7 +12,7 @@ set -euo pipefail
 old=${1:?old ephd binary}
 new=${2:?new ephd binary}
 tool=${3:?ephd-bench binary}
-out=${4:-bench/results/before-after-$(date -u +%Y%m%d-%H%M%S)}
+out=${4:-/tmp/ephd-bench-results/before-after-$(date -u +%Y%m%d-%H%M%S)}
 rounds=${ROUNDS:-3}
 port=${PORT:-23790}
 mkdir -p "$out"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A three-member ephd cluster against a three-member stock etcd cluster (MEMBERS=5: five against
 # five), side by side on this machine, with etcd's own `benchmark` tool
-# (CLUSTER.md, "Not built yet", step 6; bench/README.md, "bench/cluster.sh").
+# (docs/cluster.md; bench/README.md, "bench/cluster.sh").
 #
 # Cases (CASES, run in this order):
 #   put, txn-put  benchmark --endpoints <all three> --clients 100 --conns 10 put|txn-put --total 100000
@@ -42,7 +42,7 @@
 #   the --wal mode EPHD_ARGS gives), EPHD_ENV and ETCD_ENV ("NAME=value ..."
 #   set for the three-member clusters' processes only, not the single members: e.g.
 #   EPHD_ENV=TOKIO_WORKER_THREADS=1 ETCD_ENV=GOMAXPROCS=1), FO_EPHD_ARGS (extra ephd flags for the
-#   failover runs only), EPHD_LOG_LEVEL (warn), OUT_DIR (bench/results/cluster-<date>/<time>),
+#   failover runs only), EPHD_LOG_LEVEL (warn), OUT_DIR (/tmp/ephd-bench-results/cluster-<date>/<time>),
 #   KEEP_LOGS=1 (keep server logs; the failover ones are copied to raw/), SUMMARIZE=<dir>: only
 #   rewrite <dir>/summary.md from <dir>/runs.jsonl.
 # Output: OUT_DIR/runs.jsonl (a metadata line, then one line per run), OUT_DIR/raw/ (every
@@ -84,7 +84,7 @@ REFS=${EPHD_REFERENCES:-$HOME/.cache/ephd/references}/bin
 ETCD=${ETCD:-$REFS/etcd-3.6}
 export ETCDCTL=${ETCDCTL:-$REFS/etcdctl-3.6}
 GO_BIN=${GO_BIN:-$REFS/benchmark-3.6}
-OUT_DIR=${OUT_DIR:-$ROOT/bench/results/cluster-$(date +%Y%m%d)/$(date +%H%M%S)}
+OUT_DIR=${OUT_DIR:-/tmp/ephd-bench-results/cluster-$(date +%Y%m%d)/$(date +%H%M%S)}
 EPHD_LOG_LEVEL=${EPHD_LOG_LEVEL:-warn}
 QUOTA=8589934592
 END_BY=$((SECONDS + MAX_TIME))

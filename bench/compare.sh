@@ -9,9 +9,9 @@
 # ephd on its defaults. Load comes from ephd-bench (target/release/ephd-bench)
 # and, for `go-put`, from etcd's own Go benchmark tool 3.6. etcd, kine and the
 # benchmark tool come from scripts/install-references.sh. Writes
-#   bench/results/<stamp>.jsonl   every run's JSON line (plus case/server/repeat)
-#   bench/results/<stamp>.md      medians and ephd/reference ratios
-#   bench/results/<stamp>.svg     put throughput vs client count, every server
+#   /tmp/ephd-bench-results/<stamp>.jsonl   every run's JSON line (plus case/server/repeat)
+#   /tmp/ephd-bench-results/<stamp>.md      medians and ephd/reference ratios
+#   /tmp/ephd-bench-results/<stamp>.svg     put throughput vs client count, every server
 #
 # Environment:
 #   QUICK=1           ~1-minute smoke run (1 repeat, short runs, fewer cases)
@@ -33,7 +33,7 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 SHARED=${SHARED_DIR:-$ROOT/../shared}
-OUT_DIR=${OUT_DIR:-$ROOT/bench/results}
+OUT_DIR=${OUT_DIR:-/tmp/ephd-bench-results}
 QUICK=${QUICK:-0}
 if [[ $QUICK == 1 ]]; then
   REPEATS=${REPEATS:-1}

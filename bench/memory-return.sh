@@ -15,7 +15,7 @@
 # For each it reports the RSS before the burst, the peak (VmHWM), and the
 # RSS 10 s, 30 s and 60 s after it, next to the data the store holds, and
 # writes the timeline and a summary to OUT (default
-# bench/results/memory-return-<stamp>/).
+# /tmp/ephd-bench-results/memory-return-<stamp>/).
 #
 #   bench/memory-return.sh                      # build, then both scenarios
 #   EPHD=path/to/ephd BUILD=0 bench/memory-return.sh
@@ -34,7 +34,7 @@ KEYS=${KEYS:-10000}
 IDLE=${IDLE:-60}
 SCENARIOS=${SCENARIOS:-storm compact}
 LABEL=${LABEL:-ephd}
-OUT=${OUT:-bench/results/memory-return-$(date -u +%Y%m%d-%H%M%S)}
+OUT=${OUT:-/tmp/ephd-bench-results/memory-return-$(date -u +%Y%m%d-%H%M%S)}
 TARGET=${CARGO_TARGET_DIR:-target}
 if [[ ${BUILD:-1} == 1 ]]; then
   cargo build --release -p ephd -p ephd-bench >/dev/null

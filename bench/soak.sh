@@ -3,7 +3,7 @@
 # about 70 s of debug builds). Builds the release binaries, runs
 # `ephd-bench soak` (which starts and owns its own ephd on loopback, with
 # its own data directory) for DURATION, keeps its JSON report in
-# bench/results/soak-<stamp>.json and prints a summary: faults injected
+# /tmp/ephd-bench-results/soak-<stamp>.json and prints a summary: faults injected
 # per kind, writes acknowledged and lost (and whether within the
 # documented windows), peak RSS, watch events checked, panics, violations.
 #
@@ -27,8 +27,8 @@ if [[ $BUILD == 1 ]]; then
 fi
 BENCH=$TARGET/release/ephd-bench
 EPHD=${EPHD:-$TARGET/release/ephd}
-mkdir -p bench/results
-OUT=${OUT:-bench/results/soak-$(date -u +%Y%m%d-%H%M%S).json}
+mkdir -p /tmp/ephd-bench-results
+OUT=${OUT:-/tmp/ephd-bench-results/soak-$(date -u +%Y%m%d-%H%M%S).json}
 secs=$(python3 - "$DURATION" <<'PY'
 import re, sys
 s = sys.argv[1].strip()

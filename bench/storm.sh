@@ -18,10 +18,10 @@
 # "killed" in the tables). Servers (and guards) started here are killed on
 # exit; nothing else is.
 #
-# Writes bench/results/storm-<stamp>.jsonl (a metadata line, then one line
+# Writes /tmp/ephd-bench-results/storm-<stamp>.jsonl (a metadata line, then one line
 # per run: ephd-bench's JSON plus case/server/repeat/rc/killed) and
 # storm-<stamp>.md (medians per storm size and server, ready to paste into
-# RELIABILITY.md, and every run).
+# docs/reliability.md, and every run).
 #
 # Environment:
 #   QUICK=1             ~2-minute smoke run: 1 repeat, LISTS=300, short
@@ -47,7 +47,7 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-OUT_DIR=${OUT_DIR:-$ROOT/bench/results}
+OUT_DIR=${OUT_DIR:-/tmp/ephd-bench-results}
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 QUICK=${QUICK:-0}
 if [[ $QUICK == 1 ]]; then
