@@ -112,7 +112,11 @@ impl Env {
         // Small, so that size refusals are reachable with small inputs.
         info.max_request_bytes = 1024;
         let shared = Shared {
-            backend: info.single_member(store.clone()),
+            backend: ephd::backend::Mode::Single(ephd::backend::SingleMember::new(
+                store.clone(),
+                info.member_info(),
+                info.raft_term,
+            )),
             store,
             info: Arc::new(info),
             metrics,

@@ -34,7 +34,7 @@ pub use maintenance::MaintenanceService;
 pub use overload::{Overload, PreEncoded, ResponsePermit, SendPreEncoded};
 pub use watch::WatchService;
 
-use crate::backend::{MemberInfo, Mode, SingleMember};
+use crate::backend::{MemberInfo, Mode};
 use crate::error::Error;
 use crate::metrics::Metrics;
 use crate::mvcc::Store;
@@ -88,16 +88,15 @@ impl ServerInfo {
         }
     }
 
-    /// The backend of a single member with this identity, over `store`.
-    pub fn single_member(&self, store: Arc<Store>) -> Mode {
-        let me = MemberInfo {
+    /// This member as MemberList shows it.
+    pub fn member_info(&self) -> MemberInfo {
+        MemberInfo {
             id: self.member_id,
             name: self.name.clone(),
             peer_urls: self.peer_urls.clone(),
             client_urls: self.client_urls.clone(),
             is_learner: false,
-        };
-        Mode::Single(SingleMember::new(store, me, self.raft_term))
+        }
     }
 
     /// The header of a top-level response at `revision`.

@@ -26,7 +26,7 @@ use crate::api::{
     AuthService, ClusterService, ElectionService, GrpcGoLimits, KvService, LeaseService,
     LockService, MaintenanceService, Overload, SendPreEncoded, ServerInfo, Shared, WatchService,
 };
-use crate::backend::{Backend, ClusterMember, Mode};
+use crate::backend::{Backend, ClusterMember, Mode, SingleMember};
 use crate::cluster::PeerService;
 use crate::config::{listen_addr, Config};
 use crate::metrics::{grpc::GrpcMetricsLayer, Metrics};
@@ -348,7 +348,10 @@ impl Server {
                     Mode::Cluster(ClusterMember::new(store.clone(), node)),
                 )
             }
-            _ => (Vec::new(), info.single_member(store.clone())),
+            _ => {
+                let single = SingleMember::new(store.clone(), info.member_info(), info.raft_term);
+                (Vec::new(), Mode::Single(single))
+            }
         };
         let (stop, stop_rx) = watch::channel(false);
         let metrics = Metrics::new();
