@@ -9,6 +9,8 @@
 #     (scripts/install-references.sh: etcd and etcdctl 3.6 and 3.7, kine,
 #     kube-apiserver 1.35 and 1.37, the Go drivers in tests/go; cached in
 #     ~/.cache/ephd/references, so only a machine's first run builds them),
+#   - Debian's etcd 3.4 (scripts/install-etcd.sh: the package, its service
+#     never started), for the few tests that compare with 3.4's answers,
 #   - promtool, Debian package `prometheus`, whose service is not started
 #     (scripts/install-promtool.sh; tests/it/metrics.rs runs etcd's alert
 #     rules with it),
@@ -29,6 +31,9 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 bash scripts/install-references.sh
+# Debian's etcd 3.4, for the few cases that still compare with 3.4's answers
+# (tests/it/references.rs, debian_etcd_34); its service is never started.
+bash scripts/install-etcd.sh
 bash scripts/install-promtool.sh
 command -v promtool >/dev/null || {
   echo "test.sh: promtool still missing after scripts/install-promtool.sh" >&2

@@ -92,8 +92,9 @@ fn ephd() -> Command {
     Command::new(env!("CARGO_BIN_EXE_ephd"))
 }
 
+/// etcd 3.4: these cases compare ephd's log lines with 3.4's text logs.
 fn etcd() -> Command {
-    Command::new("etcd")
+    Command::new(crate::references::debian_etcd_34())
 }
 
 fn strings(args: &[&str]) -> Vec<String> {

@@ -40,6 +40,29 @@ pub fn binary(name: &str) -> PathBuf {
     path
 }
 
+/// Debian's etcd 3.4 (`etcd` on the PATH, installed by
+/// scripts/install-etcd.sh, which scripts/test.sh runs), for the few cases
+/// that still compare with 3.4's own answers: its log lines for
+/// configuration, and its reconfiguration checks. Panics with the command
+/// that installs it when it is missing.
+pub fn debian_etcd_34() -> PathBuf {
+    let found = std::env::var_os("PATH")
+        .map(|paths| {
+            std::env::split_paths(&paths)
+                .map(|d| d.join("etcd"))
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default()
+        .into_iter()
+        .find(|p| p.is_file());
+    found.unwrap_or_else(|| {
+        panic!(
+            "Debian's etcd 3.4 is missing from the PATH: run scripts/install-etcd.sh \
+             (scripts/test.sh runs it)"
+        )
+    })
+}
+
 /// Stock etcd of the differential reference release.
 pub fn etcd() -> PathBuf {
     binary(ETCD)

@@ -60,7 +60,9 @@ impl StockCluster {
         for i in 0..3 {
             let client = format!("http://127.0.0.1:{}", clients[i]);
             let peer = format!("http://127.0.0.1:{}", peers[i]);
-            let child = Command::new("etcd")
+            // etcd 3.4's checks (3.6 takes one change 3.4 refuses as an
+            // unhealthy cluster; ephd answers as 3.4 does).
+            let child = Command::new(crate::references::debian_etcd_34())
                 .arg(format!("--name=e{i}"))
                 .arg("--data-dir")
                 .arg(dir.path().join(format!("e{i}")))
