@@ -1,12 +1,14 @@
 //! A member of a Raft cluster: mutations are proposed to the Raft log
-//! (`cluster/node.rs`) after this member's own checks, linearizable reads
+//! (`cluster/node/raft_node.rs`) after this member's own checks, linearizable reads
 //! wait for the read index, leases are renewed and read at the leader
-//! (`cluster/lease_forward.rs`), and membership changes are conf changes
-//! (`cluster/reconfig.rs`).
+//! (`cluster/node/lease_forward.rs`), and membership changes are conf changes
+//! (`cluster/lifecycle/reconfig.rs`).
 
 use super::{Backend, LeaderLoss, Members, RaftView, RequireLeaderLayer};
 use crate::auth::{AuthInfo, AuthOp};
-use crate::cluster::{leadership, learner, lease_forward, MemberInfo, Membership, Node};
+use crate::cluster::{
+    node::leadership, node::learner, node::lease_forward, MemberInfo, Membership, Node,
+};
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 use crate::mvcc::{

@@ -23,7 +23,7 @@
 mod cluster_member;
 mod single;
 
-pub use crate::cluster::leadership::{Lost as LeaderLoss, RequireLeaderLayer};
+pub use crate::cluster::node::leadership::{Lost as LeaderLoss, RequireLeaderLayer};
 pub use crate::cluster::MemberInfo;
 pub use cluster_member::ClusterMember;
 pub use single::SingleMember;

@@ -118,7 +118,7 @@ impl Backend for SingleMember {
     }
 
     fn leader_loss(&self, metadata: &MetadataMap) -> LeaderLoss {
-        crate::cluster::leadership::leader_lost(None, metadata)
+        crate::cluster::node::leadership::leader_lost(None, metadata)
     }
 
     fn interceptor(&self) -> RequireLeaderLayer {
@@ -142,7 +142,7 @@ impl Backend for SingleMember {
         _waits: Option<Duration>,
     ) -> std::result::Result<(), Status> {
         // A single member leads already: only itself is a transferee.
-        crate::cluster::leadership::move_leader_single(self.me.id, target)
+        crate::cluster::node::leadership::move_leader_single(self.me.id, target)
     }
 
     fn members(&self) -> Members {

@@ -197,7 +197,7 @@ fn other_members_in_the_initial_cluster_mean_cluster_mode() {
         &[],
     ));
     assert!(m.contains("need https://"), "{m}");
-    // --data-dir is taken in cluster mode (cluster/saved.rs).
+    // --data-dir is taken in cluster mode (cluster/member/saved_state.rs).
     let l = load(
         &[
             "--name=m1",

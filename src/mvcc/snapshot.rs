@@ -61,7 +61,7 @@ pub const KEY_RECORD_BYTES: usize = 64 << 20;
 
 /// State of cluster mode kept outside the MVCC store, carried opaquely:
 /// cluster mode fills them when it captures a snapshot and installs them
-/// with it (`cluster/catchup.rs`); here they are only framed and
+/// with it (`cluster/log/catchup.rs`); here they are only framed and
 /// checksummed, never interpreted.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Sections {

@@ -43,7 +43,7 @@ use super::revisions::{
     REVISIONS_PER_MS,
 };
 use crate::api::ServerInfo;
-use crate::cluster::saved::Saved;
+use crate::cluster::member::saved_state::Saved;
 use crate::config::Config;
 use crate::lease::LessorConfig;
 use crate::mvcc::{PutRequest, RangeRequest, Replayed, Store, StoreConfig};
@@ -506,11 +506,13 @@ pub(super) fn build_cluster_store(config: &Config, member_id: u64, bounds: Space
 }
 
 /// Cluster mode with `--data-dir`: this member's saved state, if any
-/// (`cluster/saved.rs`), of the cluster its files belong to
+/// (`cluster/member/saved_state.rs`), of the cluster its files belong to
 /// ([`files_cluster_id`]).
 pub(super) fn load_saved(config: &Config) -> Result<Option<Saved>, String> {
     match (&config.cluster, &config.data_dir) {
-        (Some(_), Some(dir)) => crate::cluster::saved::load(dir, files_cluster_id(config)?),
+        (Some(_), Some(dir)) => {
+            crate::cluster::member::saved_state::load(dir, files_cluster_id(config)?)
+        }
         _ => Ok(None),
     }
 }
@@ -553,12 +555,14 @@ fn files_cluster_id(config: &Config) -> Result<u64, String> {
 
 /// Cluster mode with `--data-dir`: where the member's Raft log is and how
 /// it is written (`--wal`; with `none` an earlier log is only set aside).
-pub(super) fn raft_log_settings(config: &Config) -> Option<crate::cluster::restart::LogSettings> {
+pub(super) fn raft_log_settings(
+    config: &Config,
+) -> Option<crate::cluster::member::restart::LogSettings> {
     let (Some(c), Some(dir)) = (&config.cluster, &config.data_dir) else {
         return None;
     };
     let cluster_id = files_cluster_id(config).unwrap_or_else(|_| c.cluster_id());
-    Some(crate::cluster::restart::LogSettings {
+    Some(crate::cluster::member::restart::LogSettings {
         cluster_id,
         dir: crate::wal::raft_log_dir(dir, cluster_id),
         mode: config.wal_mode(),
@@ -572,9 +576,9 @@ pub(super) fn raft_log_settings(config: &Config) -> Option<crate::cluster::resta
 pub(super) fn cluster_disk(
     config: &Config,
     boot: &crate::cluster::Boot,
-    settings: Option<crate::cluster::restart::LogSettings>,
+    settings: Option<crate::cluster::member::restart::LogSettings>,
     earlier: Option<crate::wal::RecoveredRaftLog>,
-) -> Option<crate::cluster::restart::Disk> {
+) -> Option<crate::cluster::member::restart::Disk> {
     let dir = config.data_dir.clone()?;
     // Restarting from its log, the member's saved state is on disk and
     // never written over by an older one; otherwise it starts anew.
@@ -582,8 +586,8 @@ pub(super) fn cluster_disk(
         .log
         .as_ref()
         .map(|_| boot.resume.map_or(0, |(index, _)| index));
-    Some(crate::cluster::restart::Disk {
-        files: std::sync::Arc::new(crate::cluster::saved::SavedFiles::new(
+    Some(crate::cluster::member::restart::Disk {
+        files: std::sync::Arc::new(crate::cluster::member::saved_state::SavedFiles::new(
             dir.clone(),
             boot.cluster_id,
             newest,
@@ -593,7 +597,7 @@ pub(super) fn cluster_disk(
         log: settings
             .filter(|s| s.mode != crate::wal::WalMode::None)
             .map(|s| {
-                let s = crate::cluster::restart::LogSettings {
+                let s = crate::cluster::member::restart::LogSettings {
                     cluster_id: boot.cluster_id,
                     dir: crate::wal::raft_log_dir(&dir, boot.cluster_id),
                     ..s

@@ -20,7 +20,7 @@
 
 use super::accept;
 use super::listeners::Bound;
-use crate::cluster::saved::Saved;
+use crate::cluster::member::saved_state::Saved;
 use crate::cluster::{Boot, NotStarted};
 use crate::config::{ClusterConfig, Config};
 use crate::tls;
@@ -66,7 +66,7 @@ pub(super) async fn start_when_allowed(
     let mut said: Option<(String, tokio::time::Instant)> = None;
     let outcome = loop {
         // The seed of a whole-cluster resume may replace `saved` with a
-        // newer member's (`cluster/newest.rs`).
+        // newer member's (`cluster/node/newest_saved_state.rs`).
         let urls = config.advertised_urls();
         match crate::cluster::bootstrap(cluster, urls, saved, forced_tail).await {
             Ok(boot) => break Ok(boot),

@@ -9,7 +9,7 @@
 //! log position; it also creates `compact_rev_key`.
 //!
 //! Client writes wait until this member has applied it
-//! (`cluster/initial_gate.rs`), so none is acknowledged below it.
+//! (`cluster/log/initial_gate.rs`), so none is acknowledged below it.
 
 use super::revisions::REVISIONS_PER_MS;
 use crate::api::Shared;

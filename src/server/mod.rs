@@ -241,11 +241,14 @@ impl Server {
             Some(c) => {
                 let restart = match &log_settings {
                     Some(settings) if c.force_new_cluster => {
-                        forced_tail =
-                            crate::cluster::restart::forced_tail(c, settings, saved.as_ref())?;
+                        forced_tail = crate::cluster::member::restart::forced_tail(
+                            c,
+                            settings,
+                            saved.as_ref(),
+                        )?;
                         None
                     }
-                    Some(settings) => crate::cluster::restart::from_log(
+                    Some(settings) => crate::cluster::member::restart::from_log(
                         c,
                         settings,
                         saved.as_ref(),
@@ -438,7 +441,7 @@ impl Server {
             }
             // A leader hands over first, while it still serves its peers.
             if let Some(node) = handover {
-                crate::cluster::leadership::hand_over(&node).await;
+                crate::cluster::node::leadership::hand_over(&node).await;
             }
             let _ = stop_tx.send(true);
         });
@@ -489,18 +492,18 @@ impl Server {
                     .add_service(crate::cluster::membership_service(node, &store));
                 let shutdown = async move { crate::api::stopped(&mut stop).await };
                 let incoming = accept::incoming(listener);
-                // Framed Raft lanes are served apart (`cluster/frames.rs`).
+                // Framed Raft lanes are served apart (`cluster/transport/frames.rs`).
                 let lanes = (PeerService::new(node), stop_rx.clone());
                 peer_servers.push(match (&peer_live, tls) {
                     (Some(live), true) => tokio::spawn(router.serve_with_incoming_shutdown(
-                        crate::cluster::frames_serve::framed_apart(
+                        crate::cluster::serve::framed_lane_service::framed_apart(
                             tls::incoming(incoming, live.clone()),
                             lanes,
                         ),
                         shutdown,
                     )),
                     _ => tokio::spawn(router.serve_with_incoming_shutdown(
-                        crate::cluster::frames_serve::framed_apart(incoming, lanes),
+                        crate::cluster::serve::framed_lane_service::framed_apart(incoming, lanes),
                         shutdown,
                     )),
                 });

@@ -1,12 +1,12 @@
 //! Cluster mode with `--data-dir`: while a member holding saved state waits
-//! for the cluster to resume (`cluster/resume.rs`), its peer URLs answer
+//! for the cluster to resume (`cluster/lifecycle/resume.rs`), its peer URLs answer
 //! the other members' probes, before its Raft node and the real peer
 //! service exist. Stopped (and the listeners closed) before the member
 //! binds them for good.
 
 use super::accept;
 use super::listeners::{bind_all, Bound};
-use crate::cluster::saved::Saved;
+use crate::cluster::member::saved_state::Saved;
 use crate::config::ClusterConfig;
 use crate::tls;
 use std::time::Duration;
@@ -19,7 +19,7 @@ pub(super) struct Responding {
     servers: Vec<JoinHandle<()>>,
 }
 
-/// Serves [`crate::cluster::resume::responder`] on `config`'s peer
+/// Serves [`crate::cluster::lifecycle::resume::responder`] on `config`'s peer
 /// listeners (with peer TLS when configured, offering `first_protocol` in
 /// ALPN as the member's peer listener will).
 pub(super) async fn start(
@@ -35,7 +35,7 @@ pub(super) async fn start(
     let mut servers = Vec::new();
     for Bound { listener, tls, .. } in bind_all(&config.listen_peer_urls).await? {
         let router = tonic::transport::Server::builder()
-            .add_service(crate::cluster::resume::responder(config, saved));
+            .add_service(crate::cluster::lifecycle::resume::responder(config, saved));
         let mut stopped = stopped.clone();
         let shutdown = async move { crate::api::stopped(&mut stopped).await };
         let incoming = accept::incoming(listener);

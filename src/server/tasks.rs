@@ -286,14 +286,14 @@ pub(super) async fn expire_leases(shared: Shared) {
     let mut stop = shared.stop.clone();
     let mut tick = tokio::time::interval(EXPIRY_TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut rounds = crate::cluster::lease_forward::LeaderRounds::default();
+    let mut rounds = crate::cluster::node::lease_forward::LeaderRounds::default();
     loop {
         tokio::select! {
             _ = tick.tick() => {}
             _ = crate::api::stopped(&mut stop) => return,
         }
         if let Some(node) = shared.backend.cluster_node() {
-            crate::cluster::lease_forward::leader_round(
+            crate::cluster::node::lease_forward::leader_round(
                 &shared.metrics.lease_expired,
                 node,
                 &mut rounds,

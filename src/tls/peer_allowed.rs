@@ -3,7 +3,7 @@
 //! connection ask it, after the certificate's chain to the peer CA is
 //! verified: the peer listener of the certificates of connecting members
 //! (`peer_identity.rs`) and the dialling side of the certificates
-//! the dialled members serve (`cluster/peer_dial.rs`), as etcd applies
+//! the dialled members serve (`cluster/transport/peer_dial.rs`), as etcd applies
 //! the flags to both. One function, so both sides read the flags alike.
 
 use super::certificate::common_name;

@@ -6,7 +6,7 @@
 //!
 //! The check itself (`peer_allowed.rs`) is shared with the dialling side,
 //! which applies it to the certificates of the members this one dials
-//! (`cluster/peer_dial.rs`), as etcd does.
+//! (`cluster/transport/peer_dial.rs`), as etcd does.
 
 use crate::config::PeerAllowed;
 use crate::metrics::warnings::RateLimit;

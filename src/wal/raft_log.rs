@@ -171,7 +171,7 @@ impl RaftLog {
 
     /// Queues the metadata of a snapshot installed from the leader, which
     /// replaces the log up to its index. The caller has saved the
-    /// snapshot's state before (`cluster/saved.rs`).
+    /// snapshot's state before (`cluster/member/saved_state.rs`).
     pub fn installed(&mut self, meta: &SnapshotMetadata) {
         let bytes = meta
             .write_to_bytes()

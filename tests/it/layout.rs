@@ -464,3 +464,63 @@ fn the_services_reach_either_mode_only_through_the_backend() {
         found.join("\n")
     );
 }
+
+/// `src/cluster/` is layered: each folder imports only the folders before
+/// it in this list (or itself), so a reader can start at the log and go
+/// up. Every cluster file but the folder's map sits in one of them. Test
+/// modules may use any layer.
+#[test]
+fn the_cluster_layers_import_only_downwards() {
+    const LAYERS: &[&str] = &[
+        "log",
+        "replicated",
+        "transport",
+        "member",
+        "node",
+        "serve",
+        "lifecycle",
+    ];
+    let layer = |m: &[String]| -> Option<usize> {
+        if m.first().map(String::as_str) != Some("cluster") || m.len() < 2 {
+            return None;
+        }
+        LAYERS.iter().position(|l| *l == m[1])
+    };
+    let is_test = |m: &[String]| {
+        m.last()
+            .is_some_and(|l| l == "tests" || l.ends_with("_tests"))
+    };
+    let graph = edges(&src_dir());
+    let mut found = Vec::new();
+    for (module, uses) in &graph {
+        if module.first().map(String::as_str) != Some("cluster") || module.len() < 2 {
+            continue;
+        }
+        let Some(from) = layer(module) else {
+            found.push(format!("{} is in no layer", module.join("::")));
+            continue;
+        };
+        if is_test(module) {
+            continue;
+        }
+        for used in uses {
+            if let Some(to) = layer(used) {
+                if to > from {
+                    found.push(format!(
+                        "{} ({}) uses {} ({})",
+                        module.join("::"),
+                        LAYERS[from],
+                        used.join("::"),
+                        LAYERS[to]
+                    ));
+                }
+            }
+        }
+    }
+    let path = |p: &str| p.split("::").map(String::from).collect::<Vec<_>>();
+    assert!(
+        graph[&path("cluster::node::raft_loop")].contains(&path("cluster::log::queue")),
+        "the checker sees the Raft loop use its queue"
+    );
+    assert!(found.is_empty(), "cluster layers:\n{}", found.join("\n"));
+}

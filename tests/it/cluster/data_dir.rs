@@ -1,5 +1,5 @@
 //! `--data-dir` in cluster mode without a Raft log (`--wal none`;
-//! `src/cluster/saved.rs`, `resume.rs`), which is also what a member whose
+//! `src/cluster/member/saved_state.rs`, `resume.rs`), which is also what a member whose
 //! log is not trusted has: every member keeps its applied state on disk; a member restarted while
 //! the cluster runs catches up from it and ignores its file; after a
 //! whole-cluster stop the members started again resume the saved state by

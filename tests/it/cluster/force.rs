@@ -1,5 +1,5 @@
 //! A majority of a cluster restarted without state, and `--force-new-cluster`
-//! (`src/cluster/force.rs`): members that restart while the survivors have
+//! (`src/cluster/node/force.rs`): members that restart while the survivors have
 //! no leader refuse to form the cluster anew, saying what could be lost and
 //! what the flag would do; the flag is refused beside a working cluster;
 //! with it, one member starts a one-member cluster under its old member and

@@ -1,4 +1,4 @@
-//! Framed Raft lanes (`src/cluster/frames.rs`) beside a member that serves
+//! Framed Raft lanes (`src/cluster/transport/frames.rs`) beside a member that serves
 //! none, as an older build during a rolling upgrade (here a member with
 //! `EPHD_PEER_TRANSPORT=grpc`, which neither serves nor dials them): the
 //! others find out on their first connection to it (in plaintext from its

@@ -2,7 +2,7 @@
 //! the moment the processes start (retrying until the cluster answers),
 //! while the first leader proposes the initial revision. Every write the
 //! cluster acknowledged must sit above the initial revision (writes wait
-//! for it, `cluster/initial_gate.rs`), so every member reads it back at
+//! for it, `cluster/log/initial_gate.rs`), so every member reads it back at
 //! its revision instead of answering "compacted".
 
 use std::collections::BTreeMap;

@@ -1,4 +1,4 @@
-//! The automatic rejoin's edges (`src/cluster/rejoin.rs`; the main path,
+//! The automatic rejoin's edges (`src/cluster/lifecycle/rejoin.rs`; the main path,
 //! restarts through rounds of leader kills, is in `cluster_members.rs`): a
 //! process started with `--initial-cluster-state new` whose peer URLs
 //! belong to a learner not started yet (added by MemberAdd, or by a rejoin
