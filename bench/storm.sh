@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# List storms against a heartbeat (issue #9, item 2): ephd vs stock etcd vs
+# List storms against a heartbeat: ephd vs stock etcd vs
 # the machine's floor.
 #
 # For every storm size N in LISTS and every repeat, three runs of
@@ -172,7 +172,7 @@ for n in sizes:
             ]))
 out.append("")
 if checks:
-    out.append("Issue #9 item 2 targets, ephd (medians; the memory bound is ephd's own setting, compare the RSS columns):")
+    out.append("Targets, ephd (medians; the memory bound is ephd's own setting, compare the RSS columns):")
     out.append("")
     for n, cs in checks:
         out.append(f"- {n} lists: " + "; ".join(f"{'✓' if okk else '✗'} {name} ({v})" for name, okk, v in cs))
