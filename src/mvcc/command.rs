@@ -20,19 +20,18 @@ pub trait Command: Sized {
     /// The entry it is applied (or proposed) as.
     fn into_entry(self) -> Entry;
 
-    /// Its answer out of what the apply path returned for its entry; `None`
-    /// when that belongs to another kind.
-    fn answer_of(applied: Applied) -> Option<Self::Answer>;
+    /// Its answer out of what the apply path returned for its entry, or
+    /// that result back when it belongs to another kind.
+    fn answer_of(applied: Applied) -> std::result::Result<Self::Answer, Applied>;
 
     /// Its answer out of what the apply path returned for its entry. An
     /// entry always applies as its own kind; a mismatch would be a bug of
     /// ours, logged and answered as a proposal whose answer was lost
     /// (`etcdserver: raft proposal dropped`, which clients retry).
     fn answer(applied: Applied) -> Result<Self::Answer> {
-        let kind = applied_kind(&applied);
-        Self::answer_of(applied).ok_or_else(|| {
+        Self::answer_of(applied).map_err(|other| {
             tracing::error!(
-                applied = kind,
+                applied = applied_kind(&other),
                 expected = std::any::type_name::<Self>(),
                 "an entry applied as another kind"
             );
@@ -76,10 +75,10 @@ impl Command for PutRequest {
         Entry::Put(self)
     }
 
-    fn answer_of(applied: Applied) -> Option<PutResponse> {
+    fn answer_of(applied: Applied) -> std::result::Result<PutResponse, Applied> {
         match applied {
-            Applied::Put(p) => Some(p),
-            _ => None,
+            Applied::Put(p) => Ok(p),
+            other => Err(other),
         }
     }
 }
@@ -91,10 +90,10 @@ impl Command for DeleteRequest {
         Entry::Delete(self)
     }
 
-    fn answer_of(applied: Applied) -> Option<DeleteResponse> {
+    fn answer_of(applied: Applied) -> std::result::Result<DeleteResponse, Applied> {
         match applied {
-            Applied::Delete(d) => Some(d),
-            _ => None,
+            Applied::Delete(d) => Ok(d),
+            other => Err(other),
         }
     }
 }
@@ -106,10 +105,10 @@ impl Command for TxnRequest {
         Entry::Txn(self)
     }
 
-    fn answer_of(applied: Applied) -> Option<TxnResponse> {
+    fn answer_of(applied: Applied) -> std::result::Result<TxnResponse, Applied> {
         match applied {
-            Applied::Txn(t) => Some(t),
-            _ => None,
+            Applied::Txn(t) => Ok(t),
+            other => Err(other),
         }
     }
 }
@@ -130,10 +129,10 @@ impl Command for Compaction {
         }
     }
 
-    fn answer_of(applied: Applied) -> Option<i64> {
+    fn answer_of(applied: Applied) -> std::result::Result<i64, Applied> {
         match applied {
-            Applied::Compact { revision } => Some(revision),
-            _ => None,
+            Applied::Compact { revision } => Ok(revision),
+            other => Err(other),
         }
     }
 }
@@ -157,12 +156,12 @@ impl Command for LeaseGrant {
         }
     }
 
-    fn answer_of(applied: Applied) -> Option<LeaseGrantResponse> {
+    fn answer_of(applied: Applied) -> std::result::Result<LeaseGrantResponse, Applied> {
         match applied {
             Applied::LeaseGrant { id, ttl, revision } => {
-                Some(LeaseGrantResponse { revision, id, ttl })
+                Ok(LeaseGrantResponse { revision, id, ttl })
             }
-            _ => None,
+            other => Err(other),
         }
     }
 }
@@ -181,10 +180,10 @@ impl Command for LeaseRevoke {
         Entry::LeaseRevoke { id: self.id }
     }
 
-    fn answer_of(applied: Applied) -> Option<i64> {
+    fn answer_of(applied: Applied) -> std::result::Result<i64, Applied> {
         match applied {
-            Applied::LeaseRevoke { revision } => Some(revision),
-            _ => None,
+            Applied::LeaseRevoke { revision } => Ok(revision),
+            other => Err(other),
         }
     }
 }
@@ -197,10 +196,10 @@ impl Command for AuthOp {
         Entry::Auth(self)
     }
 
-    fn answer_of(applied: Applied) -> Option<i64> {
+    fn answer_of(applied: Applied) -> std::result::Result<i64, Applied> {
         match applied {
-            Applied::Auth { revision } => Some(revision),
-            _ => None,
+            Applied::Auth { revision } => Ok(revision),
+            other => Err(other),
         }
     }
 }
@@ -227,10 +226,10 @@ impl Command for AlarmChange {
         }
     }
 
-    fn answer_of(applied: Applied) -> Option<Vec<AlarmMember>> {
+    fn answer_of(applied: Applied) -> std::result::Result<Vec<AlarmMember>, Applied> {
         match applied {
-            Applied::Alarm { alarms } => Some(alarms),
-            _ => None,
+            Applied::Alarm { alarms } => Ok(alarms),
+            other => Err(other),
         }
     }
 }

@@ -56,15 +56,9 @@ impl Store {
 
     /// Revokes a lease: every key still attached to it is deleted at one
     /// revision, in key order, with DELETE events. Returns the revision
-    /// after. Waits on the calling thread; async callers use
-    /// [`Store::lease_revoke_async`].
+    /// after. Waits on the calling thread.
     pub fn lease_revoke(&self, id: i64) -> Result<i64> {
         self.apply_command(LeaseRevoke { id }, None)
-    }
-
-    /// [`Store::lease_revoke`] for async callers.
-    pub async fn lease_revoke_async(&self, id: i64) -> Result<i64> {
-        self.apply_command_async(LeaseRevoke { id }, None).await
     }
 
     /// Refreshes a lease in memory. As in etcd, the header revision is read
