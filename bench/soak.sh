@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The fault soak for longer than CI runs it (CI: ephd-bench/tests/soak.rs,
+# The fault soak for longer than CI runs it (CI: loadgen/tests/soak.rs,
 # about 70 s of debug builds). Builds the release binaries, runs
 # `ephd-bench soak` (which starts and owns its own ephd on loopback, with
 # its own data directory) for DURATION, keeps its JSON report in

@@ -464,7 +464,7 @@ def check_dockerfile(known_envs):
         finding(where, "HEALTHCHECK expected")
     ignore = (ROOT / ".dockerignore").read_text(encoding="utf-8")
     for needed in ("Cargo.toml", "Cargo.lock", "build.rs", "proto/", "src/", "benches/",
-                   "ephd-bench/", "ephd-fuzz/", "deploy/docker/", "dist/ephd"):
+                   "loadgen/", "ephd-fuzz/", "deploy/docker/", "dist/ephd"):
         if f"!{needed}" not in ignore:
             finding(".dockerignore", f"the build needs {needed}")
     for m in re.finditer(r"^COPY ((?:--\S+ )*)(\S+) ", text, re.M):
