@@ -12,9 +12,9 @@ use crate::cluster::{
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 use crate::mvcc::{
-    check_request, AlarmAction, AlarmChange, AlarmMember, Command, Compaction, DeleteRequest,
-    DeleteResponse, IdDraws, LeaseGrantResponse, LeaseKeepAliveResponse, LeaseRevoke,
-    LeaseTimeToLiveResponse, PutRequest, PutResponse, Space, Store, TxnRequest, TxnResponse,
+    AlarmAction, AlarmChange, AlarmMember, Command, Compaction, DeleteRequest, DeleteResponse,
+    IdDraws, LeaseGrantResponse, LeaseKeepAliveResponse, LeaseRevoke, LeaseTimeToLiveResponse,
+    PutRequest, PutResponse, Space, Store, TxnRequest, TxnResponse,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -40,9 +40,8 @@ impl ClusterMember {
     }
 
     /// Proposes a client's `command` (by `by` while auth is enabled) once
-    /// it passed this member's checks in etcd's order: the space quota
-    /// (a NOSPACE alarm it raises is proposed, so every member records
-    /// it) and the request itself. `term` (0: any) is the term the log
+    /// it passed this member's checks ([`Store::admit`]; a NOSPACE alarm
+    /// it raises is proposed, so every member records it). `term` (0: any) is the term the log
     /// entry must have for it to apply (see [`Node::propose_in_term`]).
     async fn propose<C: Command>(
         &self,
@@ -51,16 +50,14 @@ impl ClusterMember {
         term: u64,
     ) -> Result<C::Answer> {
         let entry = command.into_entry_by(by);
-        match self.store.check_space(&entry) {
-            Space::Fits => {}
-            Space::Full => return Err(Error::NoSpace),
+        match self.store.admit(&entry)? {
+            Space::Fits => C::answer(self.node.propose_in_term(entry, term).await?),
+            Space::Full => Err(Error::NoSpace),
             Space::Raise(alarm) => {
                 self.node.propose(alarm).await?;
-                return Err(Error::NoSpace);
+                Err(Error::NoSpace)
             }
         }
-        check_request(&entry, self.store.limits().max_txn_ops)?;
-        C::answer(self.node.propose_in_term(entry, term).await?)
     }
 }
 
@@ -225,5 +222,50 @@ impl Backend for ClusterMember {
         text.push_str(&raft.log().render());
         text.push_str(&self.node.peer_metrics().render());
         text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::log::initial_gate_tests::solo;
+    use bytes::Bytes;
+
+    fn put(key: &'static str) -> PutRequest {
+        PutRequest {
+            key: Bytes::from_static(key.as_bytes()),
+            value: Bytes::from_static(b"v"),
+            ..Default::default()
+        }
+    }
+
+    /// A malformed request is refused by the member it reached, with
+    /// etcd's error, and never reaches the Raft log.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_malformed_request_is_refused_before_it_is_proposed() {
+        let (node, store) = solo(false, Duration::from_millis(10), Duration::from_millis(50));
+        let member = ClusterMember::new(store, node.clone());
+        member.put(None, put("a")).await.expect("a valid put");
+        let committed = node.status().committed();
+        let empty = member.put(None, put("")).await.unwrap_err();
+        assert_eq!(empty, Error::EmptyKey);
+        let twice = TxnRequest {
+            compare: Vec::new(),
+            success: vec![
+                crate::mvcc::RequestOp::Put(put("k")),
+                crate::mvcc::RequestOp::Put(put("k")),
+            ],
+            failure: Vec::new(),
+        };
+        assert_eq!(
+            member.txn(None, twice).await.unwrap_err(),
+            Error::DuplicateKey
+        );
+        assert_eq!(
+            node.status().committed(),
+            committed,
+            "nothing was proposed for the refused requests"
+        );
+        node.stop();
     }
 }

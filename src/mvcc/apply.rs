@@ -30,6 +30,7 @@ use super::command::{AlarmChange, Command, Compaction};
 use super::entry::{Applied, Entry};
 use super::initial::COMPACT_REV_KEY;
 use super::journal::{self, Change};
+use super::quota::Space;
 use super::store::Store;
 use super::types::*;
 use super::validate;
@@ -272,14 +273,33 @@ impl Store {
         C::answer(applied)
     }
 
-    /// `command`'s entry, once it passed etcd's checks in etcd's order:
-    /// the space quota first, then the request itself (the permissions
-    /// are checked as it applies).
+    /// `command`'s entry, once it passed [`Store::admit`]; a NOSPACE
+    /// alarm it raises is applied here.
     fn checked<C: Command>(&self, command: C, by: Option<AuthInfo>) -> Result<Entry> {
         let entry = command.into_entry_by(by);
-        self.refuse_over_quota(&entry)?;
-        validate::check_request(&entry, self.limits().max_txn_ops)?;
-        Ok(entry)
+        match self.admit(&entry)? {
+            Space::Fits => Ok(entry),
+            Space::Full => Err(Error::NoSpace),
+            Space::Raise(alarm) => {
+                self.apply(alarm)?;
+                Err(Error::NoSpace)
+            }
+        }
+    }
+
+    /// etcd's checks of a client's `entry` before it is applied (single
+    /// member) or proposed (cluster member), in etcd's order: this
+    /// member's space quota first ([`Store::check_space`]; a NOSPACE alarm
+    /// to raise comes back for the caller to apply or propose), then the
+    /// request itself ([`validate::check_request`]), so that a malformed
+    /// request is refused where it arrived and never replicated. The
+    /// permissions are checked where it applies.
+    pub fn admit(&self, entry: &Entry) -> Result<Space> {
+        let space = self.check_space(entry);
+        if let Space::Fits = space {
+            validate::check_request(entry, self.limits().max_txn_ops)?;
+        }
+        Ok(space)
     }
 
     /// Put with etcd's semantics (see [`Entry::Put`]).

@@ -194,4 +194,29 @@ mod tests {
             Err(Error::Auth(AuthError::PermissionDenied))
         );
     }
+
+    /// As etcd checks a request (v3rpc) before its permissions (apply): a
+    /// user's malformed request gets the request's error, not
+    /// "permission denied", whatever the user may touch.
+    #[test]
+    fn a_users_malformed_request_gets_the_request_error_first() {
+        let s = store();
+        let u1 = AuthInfo {
+            user: "u1".into(),
+            revision: s.auth().revision(),
+        };
+        let empty = PutRequest::default();
+        assert_eq!(
+            s.apply_command(empty, Some(u1.clone())).unwrap_err(),
+            Error::EmptyKey
+        );
+        let outside = PutRequest {
+            key: Bytes::from_static(b"/b/x"),
+            ..Default::default()
+        };
+        assert_eq!(
+            s.apply_command(outside, Some(u1)).unwrap_err(),
+            Error::Auth(AuthError::PermissionDenied)
+        );
+    }
 }

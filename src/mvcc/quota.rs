@@ -17,7 +17,6 @@ use super::backend_size;
 use super::entry::Entry;
 use super::store::Store;
 use super::types::{AlarmAction, PutRequest, RequestOp};
-use crate::error::{Error, Result};
 
 /// What `entry` costs, each put priced by `put`: the puts of a put or of
 /// a txn's costlier branch (top level only, as etcd counts), a lease
@@ -110,19 +109,5 @@ impl Store {
             member_id: me,
             alarm: alarms::ALARM_NOSPACE,
         })
-    }
-
-    /// A single member's space check: applies the alarm it raises, and
-    /// refuses what does not fit. (A cluster member proposes the alarm
-    /// instead: `backend::ClusterMember`.)
-    pub(crate) fn refuse_over_quota(&self, entry: &Entry) -> Result<()> {
-        match self.check_space(entry) {
-            Space::Fits => Ok(()),
-            Space::Full => Err(Error::NoSpace),
-            Space::Raise(alarm) => {
-                self.apply(alarm)?;
-                Err(Error::NoSpace)
-            }
-        }
     }
 }

@@ -27,7 +27,7 @@ fn single(hold_writes: bool) -> (Arc<Node>, Arc<Store>) {
 }
 
 /// [`single`] with the given heartbeat interval and election timeout.
-pub(in crate::cluster) fn solo(
+pub(crate) fn solo(
     hold_writes: bool,
     heartbeat: Duration,
     election: Duration,
@@ -52,11 +52,7 @@ pub(in crate::cluster) fn solo(
 
 /// The settings and boot of a member alone in its cluster (initial
 /// cluster token `token`).
-pub(in crate::cluster) fn alone(
-    token: &str,
-    heartbeat: Duration,
-    election: Duration,
-) -> (ClusterConfig, Boot) {
+pub(crate) fn alone(token: &str, heartbeat: Duration, election: Duration) -> (ClusterConfig, Boot) {
     let url = "http://127.0.0.1:1".to_string();
     let id = member_id(std::slice::from_ref(&url), token);
     let config = ClusterConfig {

@@ -11,7 +11,7 @@ pub(in crate::cluster) mod entry_weight;
 pub(in crate::cluster) mod heard_from;
 pub(in crate::cluster) mod initial_gate;
 #[cfg(test)]
-pub(in crate::cluster) mod initial_gate_tests;
+pub(crate) mod initial_gate_tests;
 pub(in crate::cluster) mod input;
 pub(in crate::cluster) mod leader_transfer;
 pub(in crate::cluster) mod queue;
