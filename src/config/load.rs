@@ -5,6 +5,8 @@
 //! * With `--config-file` (or `ETCD_CONFIG_FILE`/`EPHD_CONFIG_FILE`), the
 //!   file is the whole configuration: other flags and environment variables
 //!   are ignored, with an info line saying so (etcd's rule).
+//! * Command-line flags take one dash or two, as Go's flag package reads
+//!   them ([`super::go_flags`]).
 //! * Otherwise command-line flags, then environment variables: `ETCD_<FLAG>`
 //!   for every flag (the name upper-cased, `-` → `_`) and ephd's own
 //!   `EPHD_*` names. A flag given both on the command line and as
@@ -19,6 +21,7 @@
 //! loading has to say comes back as [`Notice`]s for the caller to log.
 
 use super::etcd::{self, Kind};
+use super::go_flags;
 use super::yaml::{self, ValueKind};
 use super::Config;
 use clap::parser::ValueSource;
@@ -108,8 +111,8 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
-    let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
     let cmd = command();
+    let args = go_flags::with_long_dashes(&cmd, args.into_iter().map(Into::into).collect());
     let cli = cmd
         .clone()
         .try_get_matches_from(&args)

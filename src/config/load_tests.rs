@@ -413,3 +413,44 @@ fn help_says_what_ephd_is_and_lists_the_cluster_flags_under_their_heading() {
     assert!(!help.contains("--discovery-srv"));
     assert!(!help.contains("--experimental-corrupt-check-time"));
 }
+
+#[test]
+fn single_dash_long_flags_are_read_as_go_reads_them() {
+    let l = load(
+        &[
+            "-name",
+            "m1",
+            "-data-dir=/var/lib/etcd",
+            "-client-cert-auth",
+            "-listen-client-urls",
+            "http://127.0.0.1:2379",
+            "-advertise-client-urls=http://127.0.0.1:2379",
+            "-snapshot-count",
+            "10000",
+        ],
+        &[],
+    )
+    .unwrap();
+    assert_eq!(l.config.name, "m1");
+    assert_eq!(
+        l.config.data_dir.as_deref(),
+        Some(std::path::Path::new("/var/lib/etcd"))
+    );
+    assert!(l.config.client_cert_auth);
+    // An etcd flag ephd ignores is recognised in its Go form too.
+    assert!(warnings(&l).iter().any(|w| w.contains("snapshot-count")));
+}
+
+#[test]
+fn a_value_that_starts_with_a_dash_stays_a_value() {
+    let l = load(&["-name", "-data-dir"], &[]).unwrap();
+    assert_eq!(l.config.name, "-data-dir");
+    assert_eq!(l.config.data_dir, None);
+}
+
+#[test]
+fn a_single_dash_word_that_is_no_flag_is_refused() {
+    let e = load(&["-no-such-flag"], &[]).unwrap_err();
+    assert!(matches!(e, LoadError::Clap(_)), "{e}");
+    assert!(e.to_string().contains("-no-such-flag"), "{e}");
+}

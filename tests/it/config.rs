@@ -369,12 +369,42 @@ fn kubeadm_flags(d: &Path, client: u16, peer: u16, metrics: u16) -> Vec<String> 
 
 #[test]
 fn kubeadm_etcd_static_pod_flags_serve_over_tls_as_on_etcd() {
+    serve_kubeadm_flags(|flags| flags);
+}
+
+/// Older manifests and systemd units write etcd's flags as Go's flag
+/// package also reads them: one dash, the value after `=` or as the next
+/// argument. Both servers start from the same command line.
+#[test]
+fn kubeadm_flags_with_single_dashes_serve_as_on_etcd() {
+    serve_kubeadm_flags(|flags| {
+        flags
+            .into_iter()
+            .enumerate()
+            .flat_map(|(i, flag)| {
+                let flag = flag.strip_prefix("--").unwrap().to_string();
+                // A boolean flag takes no separate value in Go.
+                match flag.split_once('=') {
+                    Some((name, value)) if i % 2 == 0 && value != "true" => {
+                        vec![format!("-{name}"), value.to_string()]
+                    }
+                    _ => vec![format!("-{flag}")],
+                }
+            })
+            .collect()
+    });
+}
+
+/// Starts etcd and ephd with kubeadm's etcd flags, as `rewrite` writes
+/// them, and checks that both serve etcdctl over TLS; ephd must report each
+/// etcd flag it ignores once and no other.
+fn serve_kubeadm_flags(rewrite: fn(Vec<String>) -> Vec<String>) {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     make_certs(d);
     for (mut server, name) in [(etcd(), "etcd"), (ephd(), "ephd")] {
         let (client, peer, metrics) = (free_port(), free_port(), free_port());
-        server.args(kubeadm_flags(d, client, peer, metrics));
+        server.args(rewrite(kubeadm_flags(d, client, peer, metrics)));
         let mut p = Proc::spawn(server, &[], &d.join(format!("{name}.log")));
         p.wait_listening(client);
         p.wait_listening(metrics);
