@@ -282,7 +282,7 @@ def check_pod_spec(where, spec, known_flags, *, static, client_port, metrics_por
     ports = {p.get("name"): p.get("containerPort") for p in c.get("ports") or []}
     if ports.get("client") != client_port or ports.get("metrics") != metrics_port:
         finding(where, f"containerPorts {ports} != client {client_port}, metrics {metrics_port}")
-    startup_path = "/health?serializable=true" if cluster else "/health"
+    startup_path = "/health?exclude=NOSPACE&serializable=true" if cluster else "/health?exclude=NOSPACE"
     for probe_name, path in (("startupProbe", startup_path), ("livenessProbe", "/livez"),
                              ("readinessProbe", "/readyz")):
         probe = c.get(probe_name)

@@ -120,8 +120,14 @@ def check_statefulset(known_flags):
         if peer["spec"].get("publishNotReadyAddresses") is not True:
             lc.finding(peer_where, "publishNotReadyAddresses: true (peers meet before ready)")
     pod = spec["template"]["spec"]
+    # A claim template is one more volume of every pod.
+    claims = [t["metadata"]["name"] for t in spec.get("volumeClaimTemplates") or []]
+    if "data" not in claims:
+        lc.finding(sts_where, "a volumeClaimTemplate 'data' keeps each member's --data-dir")
+    pod = dict(pod, volumes=(pod.get("volumes") or [])
+               + [{"name": n, "persistentVolumeClaim": {"claimName": n}} for n in claims])
     flags = lc.check_pod_spec(sts_where, pod, known_flags, static=False, client_port=2379,
-                              metrics_port=2381, data_dir=None, cluster=True)
+                              metrics_port=2381, data_dir="/var/lib/ephd", cluster=True)
     if flags:
         members = check_cluster_flags(sts_where, flags, peer_port=2380)
         domain = f"{spec.get('serviceName')}.{ns}.svc"

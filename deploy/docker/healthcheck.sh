@@ -12,7 +12,9 @@
 #                            http://0.0.0.0:2381); a wildcard host becomes
 #                            127.0.0.1
 #   127.0.0.1:2381
-# EPHD_HEALTHCHECK_PATH overrides the path (default /health).
+# EPHD_HEALTHCHECK_PATH overrides the path (default /health?exclude=NOSPACE:
+# a full store stays healthy, so that it is compacted and disarmed rather
+# than restarted).
 # Plain http only: with https metrics URLs use an orchestrator probe instead.
 set -u
 
@@ -27,7 +29,7 @@ if [ -z "$addr" ]; then
   addr="${url#http://}"
   addr="${addr%%/*}"
 fi
-path="${EPHD_HEALTHCHECK_PATH:-/health}"
+path="${EPHD_HEALTHCHECK_PATH:-/health?exclude=NOSPACE}"
 host="${addr%:*}"
 port="${addr##*:}"
 case "$host" in

@@ -204,6 +204,70 @@ async fn health_reports_raised_alarms() {
     assert_eq!(body.trim(), r#"{"health":"true","reason":""}"#);
 }
 
+/// Every startup and liveness probe in `deploy/` (and the image's
+/// HEALTHCHECK) passes while NOSPACE is raised: a full store must stay up
+/// to be compacted and disarmed, so a probe that restarted it would keep it
+/// down (kubeadm's etcd manifest excludes NOSPACE for the same reason).
+#[tokio::test]
+async fn the_deploy_probes_pass_while_nospace_is_raised() {
+    use etcd_client::{AlarmAction, AlarmType};
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut paths = Vec::new();
+    let mut files = vec![root.join("deploy")];
+    while let Some(path) = files.pop() {
+        if path.is_dir() {
+            files.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+        } else if path.extension().is_some_and(|e| e == "yaml") {
+            let text = std::fs::read_to_string(&path).unwrap();
+            for doc in yaml_rust2::YamlLoader::load_from_str(&text)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+            {
+                probe_paths(&doc, &mut paths);
+            }
+        }
+    }
+    let script = std::fs::read_to_string(root.join("deploy/docker/healthcheck.sh")).unwrap();
+    let default = script
+        .split("EPHD_HEALTHCHECK_PATH:-")
+        .nth(1)
+        .and_then(|rest| rest.split('}').next())
+        .expect("healthcheck.sh names its default path");
+    paths.push(default.to_string());
+    paths.sort();
+    paths.dedup();
+    // The single member's and the cluster member's startup paths, /livez.
+    assert!(paths.len() >= 3, "{paths:?}");
+
+    let metrics_port = free_port();
+    let url = format!("http://127.0.0.1:{metrics_port}");
+    let ephd = Ephd::start(&["--listen-metrics-urls", &url]);
+    let mut client = ephd.client().await;
+    set_alarm(&mut client, AlarmAction::Activate, AlarmType::Nospace).await;
+    assert!(http_get(metrics_port, "/health").0.contains("503"));
+    for path in &paths {
+        let (status, body) = http_get(metrics_port, path);
+        assert!(status.contains("200"), "{path}: {status} {body}");
+    }
+}
+
+/// The `httpGet.path` of every `startupProbe` and `livenessProbe` in `doc`.
+fn probe_paths(doc: &yaml_rust2::Yaml, out: &mut Vec<String>) {
+    use yaml_rust2::Yaml;
+    match doc {
+        Yaml::Hash(map) => {
+            for (key, value) in map {
+                if matches!(key.as_str(), Some("startupProbe" | "livenessProbe")) {
+                    let path = value["httpGet"]["path"].as_str();
+                    out.push(path.expect("an httpGet probe").to_string());
+                }
+                probe_paths(value, out);
+            }
+        }
+        Yaml::Array(items) => items.iter().for_each(|item| probe_paths(item, out)),
+        _ => {}
+    }
+}
+
 /// `/livez` checks only ephd's own process, `/readyz` also refuses while
 /// the CORRUPT alarm is raised (as etcd 3.6 names its checks), and the gRPC
 /// health service agrees with `/readyz`: NOT_SERVING while it fails,
