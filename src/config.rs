@@ -9,6 +9,7 @@ pub mod auth;
 mod cluster;
 mod etcd;
 mod exposure;
+mod go_flags;
 mod load;
 mod wal_mode;
 mod yaml;
