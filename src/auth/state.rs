@@ -42,8 +42,8 @@ pub struct State {
 /// auth revision and drops tokens accordingly.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Effect {
-    /// The auth revision moves (every change but Authenticate and the
-    /// no-ops etcd does not count).
+    /// The auth revision moves (every change but Authenticate, AuthEnable
+    /// and the no-ops, as etcd counts).
     pub bump: bool,
     /// Forget every token of this user.
     pub revoke_user: Option<String>,
@@ -77,8 +77,9 @@ impl State {
                 if !root.roles.iter().any(|r| r == ROOT) {
                     return Err(AuthError::RootRoleNotExist);
                 }
+                // etcd counts disabling as an auth change, enabling not.
                 self.enabled = true;
-                changed()
+                Ok(Effect::default())
             }
             AuthOp::Disable => {
                 if !self.enabled {

@@ -1,6 +1,6 @@
 //! Auth side by side: one scripted sequence of Auth, KV, Lease, Watch and
 //! Maintenance calls, made with the raw generated clients against stock
-//! etcd 3.4 and against ephd; every step's gRPC code and message (or the
+//! etcd and against ephd; every step's gRPC code and message (or the
 //! response's meaningful fields) must be the same.
 
 mod helpers;
@@ -406,6 +406,11 @@ async fn script(s: Session) -> Vec<String> {
 
     // root.
     let root = s.with_token(authenticate(&s, "root", "pw", &mut out).await);
+    step!(
+        "auth status",
+        a().auth_status(root.req(pb::AuthStatusRequest {})),
+        |r| format!("enabled {} auth revision {}", r.enabled, r.auth_revision)
+    );
     step!(
         "root put anywhere",
         root.kv().put(root.req(put("/b", 0x1234))),
