@@ -115,12 +115,18 @@ impl Auth for AuthService {
             .await
             .map_err(|e| Status::internal(format!("password check failed: {e}")))?
             .map_err(status)?;
-        let token = self.0.store.auth().new_token();
+        let drawn = self.0.store.auth().new_token();
         let op = AuthOp::Authenticate {
-            name,
-            token: token.clone(),
+            name: name.clone(),
+            token: drawn.clone(),
         };
         let header = self.propose(None, op).await?;
+        let token = self
+            .0
+            .store
+            .auth()
+            .issue_token(&name, drawn)
+            .map_err(status)?;
         Ok(Response::new(pb::AuthenticateResponse { header, token }))
     }
 

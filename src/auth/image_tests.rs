@@ -9,6 +9,7 @@ fn store() -> AuthStore {
     AuthStore::new(AuthConfig {
         token_ttl: Duration::from_secs(300),
         bcrypt_cost: 4,
+        ..AuthConfig::default()
     })
 }
 

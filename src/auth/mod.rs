@@ -22,6 +22,7 @@
 //! token was ever issued and auth is off) the adapters do nothing else.
 
 mod image;
+mod jwt;
 pub mod perms;
 mod state;
 mod tokens;
@@ -31,6 +32,7 @@ mod tests;
 
 pub use crate::error::{AuthError, WATCH_PERMISSION_DENIED};
 pub use image::AuthImage;
+pub use jwt::{JwtOptions, JwtTokens, DEFAULT_JWT_TTL};
 pub use perms::{PermKind, Permission};
 pub use state::{Role, State, User, ROOT};
 
@@ -38,6 +40,7 @@ use crate::error::{Error, Result};
 use parking_lot::RwLock;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 use tokens::Tokens;
 
@@ -54,6 +57,9 @@ pub struct AuthConfig {
     pub token_ttl: Duration,
     /// bcrypt cost of password hashes made by this member.
     pub bcrypt_cost: u32,
+    /// `--auth-token jwt,...`: tokens are signed JWTs with these keys
+    /// instead of simple tokens.
+    pub jwt: Option<Arc<JwtTokens>>,
 }
 
 impl Default for AuthConfig {
@@ -61,6 +67,7 @@ impl Default for AuthConfig {
         AuthConfig {
             token_ttl: DEFAULT_TOKEN_TTL,
             bcrypt_cost: DEFAULT_BCRYPT_COST,
+            jwt: None,
         }
     }
 }
@@ -253,8 +260,22 @@ impl AuthStore {
     }
 
     /// A fresh simple token (the proposer draws it; the entry carries it).
+    /// Empty with JWT tokens: those are signed once the entry applied
+    /// ([`AuthStore::issue_token`]), and no member keeps them.
     pub fn new_token(&self) -> String {
+        if self.config.jwt.is_some() {
+            return String::new();
+        }
         tokens::generate(self.token_serial.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// The token Authenticate answers once its entry applied: the simple
+    /// token `drawn`, or a JWT for `user` at the auth revision now.
+    pub fn issue_token(&self, user: &str, drawn: String) -> Result<String> {
+        match &self.config.jwt {
+            None => Ok(drawn),
+            Some(jwt) => jwt.assign(user, self.revision()),
+        }
     }
 
     /// The settings in force.
@@ -287,7 +308,9 @@ impl AuthStore {
                 return Err(Error::AuthNotEnabled);
             }
             state.apply(op)?;
-            self.tokens.insert(token.clone(), name.clone());
+            if !token.is_empty() {
+                self.tokens.insert(token.clone(), name.clone());
+            }
             return Ok(());
         }
         let effect = state.apply(op)?;
@@ -350,6 +373,14 @@ impl AuthStore {
     ) -> Result<Option<AuthInfo>> {
         if !self.enabled() {
             return Ok(None);
+        }
+        if let (Some(t), Some(jwt)) = (token, &self.config.jwt) {
+            // The revision the token was signed at: a token older than the
+            // latest auth change is refused at the permission check.
+            return match jwt.info(t) {
+                Some((user, revision)) => Ok(Some(AuthInfo { user, revision })),
+                None => Err(AuthError::InvalidAuthToken.into()),
+            };
         }
         if let Some(t) = token {
             return match self.tokens.user(t) {

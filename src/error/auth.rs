@@ -44,6 +44,12 @@ pub enum AuthError {
     /// Authenticate as a user added with `no_password`: etcd lets its
     /// auth package's own error through, as gRPC Unknown.
     NoPasswordUser,
+    /// Authenticate on a member whose JWT key is a public key alone: it
+    /// verifies tokens but signs none (etcd's auth error, as gRPC Unknown).
+    VerifyOnly,
+    /// Signing a JWT token failed (the key signed at start-up, so this is
+    /// the crypto library's refusal; the log says why).
+    SigningFailed,
 }
 
 /// The `cancel_reason` of a Watch create refused for lack of READ: the
@@ -62,7 +68,7 @@ impl AuthError {
             UserEmpty | RoleEmpty | AuthFailed | InvalidAuthMgmt | AuthOldRevision
             | PermissionNotGiven => Code::InvalidArgument,
             PermissionDenied => Code::PermissionDenied,
-            NoPasswordUser => Code::Unknown,
+            NoPasswordUser | VerifyOnly | SigningFailed => Code::Unknown,
             InvalidAuthToken => Code::Unauthenticated,
             RootUserNotExist | RootRoleNotExist | UserAlreadyExist | UserNotFound
             | RoleAlreadyExist | RoleNotFound | RoleNotGranted | PermissionNotGranted => {
@@ -94,6 +100,8 @@ impl AuthError {
             NoPasswordUser => {
                 "auth: authentication failed, password was given for no password user"
             }
+            VerifyOnly => "auth: token signing attempted with verify-only key",
+            SigningFailed => "auth: failed to sign a JWT token",
         }
     }
 }

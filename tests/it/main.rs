@@ -6,6 +6,7 @@
 
 mod auth;
 mod auth_diff;
+mod auth_jwt;
 mod auth_persist;
 mod auth_tls;
 mod authority;
