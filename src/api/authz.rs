@@ -74,6 +74,20 @@ pub(crate) async fn require_root<T>(shared: &Shared, req: &Request<T>) -> Result
     shared.store.auth().check_admin(Some(&by)).map_err(status)
 }
 
+/// The calls any authenticated user may make once auth is enabled
+/// (Maintenance's Status and Alarm GET, as etcd 3.6 has them): a request
+/// without credentials gets `etcdserver: user name is empty`.
+pub(crate) async fn require_user<T>(shared: &Shared, req: &Request<T>) -> Result<(), Status> {
+    let auth = shared.store.auth();
+    if !auth.enabled() {
+        return Ok(());
+    }
+    match caller(shared, req).await? {
+        Some(by) if !by.user.is_empty() => Ok(()),
+        _ => Err(status(Error::from(AuthError::UserEmpty))),
+    }
+}
+
 /// What a request or stream was sent with (token, certificate name).
 #[derive(Default)]
 pub(crate) struct Credentials {

@@ -233,6 +233,16 @@ async fn script(s: Session) -> Vec<String> {
         |r| format!("{:?}", r.users)
     );
     step!(
+        "status without token",
+        s.maint().status(s.req(pb::StatusRequest {})),
+        done
+    );
+    step!(
+        "alarm list without token",
+        s.maint().alarm(s.req(pb::AlarmRequest::default())),
+        |r| format!("{:?}", r.alarms)
+    );
+    step!(
         "grant without token",
         a().user_grant_role(s.req(grant("u1", "r1"))),
         done
@@ -255,6 +265,25 @@ async fn script(s: Session) -> Vec<String> {
 
     // u1.
     let u1 = s.with_token(authenticate(&s, "u1", "p", &mut out).await);
+    step!(
+        "u1 status",
+        u1.maint().status(u1.req(pb::StatusRequest {})),
+        done
+    );
+    step!(
+        "u1 alarm list",
+        u1.maint().alarm(u1.req(pb::AlarmRequest::default())),
+        |r| format!("{:?}", r.alarms)
+    );
+    step!(
+        "u1 alarm raise",
+        u1.maint().alarm(u1.req(pb::AlarmRequest {
+            action: 1,
+            member_id: 0,
+            alarm: 1,
+        })),
+        |r| format!("{:?}", r.alarms)
+    );
     step!(
         "u1 put in prefix",
         u1.kv().put(u1.req(put("/a/x", 0))),

@@ -66,11 +66,15 @@ async fn a_follower_caught_up_by_snapshot_has_the_auth_state_and_member_list() {
     }
     let installed_before = metric(f, "ephd_raft_snapshots_installed_total");
     let mut fmaint = f.maintenance().await;
-    let applied_at_cut = within("status", fmaint.status(pb::StatusRequest {}))
-        .await
-        .expect("status")
-        .into_inner()
-        .raft_applied_index;
+    let root_token = raw_token(&le, "root", "pw").await;
+    let applied_at_cut = within(
+        "status",
+        fmaint.status(with_token(pb::StatusRequest {}, &root_token)),
+    )
+    .await
+    .expect("status")
+    .into_inner()
+    .raft_applied_index;
 
     signal(f, libc::SIGSTOP);
     // First enough writes that the leader stops sending to the paused
