@@ -1,25 +1,23 @@
-//! Maintenance.Snapshot: the store streamed to the client as one ephd
-//! snapshot file (the `--data-dir` format, see `persist`), so what
-//! `etcdctl snapshot save` writes is a file ephd restores with
-//! `--restore-snapshot` or from `--data-dir`. It is not etcd's bbolt
-//! database: etcd's tools cannot read it, and ephd cannot read theirs.
+//! Maintenance.Snapshot: the store streamed to the client as an etcd
+//! database (see `persist::etcd_db`) followed by its SHA-256, as etcd
+//! sends it, so `etcdctl snapshot save` writes a file that etcd's tools
+//! check and restore and that ephd restores with `--restore-snapshot`.
 //!
 //! The snapshot is taken at one revision: every key as of that revision
 //! (reads never take the write path's locks, so writers go on while it is
-//! read), then the leases with their remaining time. It is encoded on a
-//! thread of its own, cut into [`CHUNK_BYTES`] messages that each say how
-//! many bytes are still to come, as etcd's do; at most [`QUEUED`] messages
-//! wait for a slow client, so the stream costs the list of key references
-//! plus a few hundred KiB, whatever the store's size. There is no SHA-256
-//! trailer as etcd sends: the file carries its own checksums (per record and
-//! over the whole file), which every reader checks.
+//! read), then the leases with their remaining time and the auth state.
+//! On a thread of its own the database is written to a temporary file
+//! (under `TMPDIR`), then sent in [`CHUNK_BYTES`] messages that each say
+//! how many bytes are still to come, then one message with the SHA-256 of
+//! those bytes; at most [`QUEUED`] messages wait for a slow client. The
+//! file is removed when the stream ends, however it ends.
 
 use crate::mvcc::Store;
-use crate::persist;
+use crate::persist::etcd_db;
 use crate::proto::etcdserverpb as pb;
-use bytes::BytesMut;
 use futures::Stream;
-use std::io;
+use std::fs::File;
+use std::io::{self, Read};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
@@ -46,103 +44,71 @@ pub(super) fn stream(store: Arc<Store>) -> Result<SnapshotOut, Status> {
 
 type Sender = mpsc::Sender<Result<pb::SnapshotResponse, Status>>;
 
-/// Takes the snapshot and encodes it into `tx` (on the snapshot thread).
+/// Takes the snapshot and sends it into `tx` (on the snapshot thread).
 fn produce(store: &Store, tx: Sender) {
     let started = Instant::now();
     let (revision, kvs) = store.live_kvs();
     let leases = store.leases_for_snapshot();
     let auth = store.auth().image(false);
-    let written = persist::wall_clock_ms();
-    let total = persist::encoded_len(revision, written, &kvs, &leases, Some(&auth));
     tracing::info!(
         revision,
         keys = kvs.len(),
         leases = leases.len(),
-        total_bytes = total,
-        "sending a snapshot to a client (ephd's snapshot format)"
+        "sending a snapshot to a client"
     );
-    let mut out = Chunker {
-        tx,
-        buf: BytesMut::with_capacity(CHUNK_BYTES),
-        total,
-        sent: 0,
+    let contents = etcd_db::Contents {
+        revision,
+        kvs: &kvs,
+        leases: &leases,
+        auth: &auth,
     };
-    let result = persist::encode_to(&mut out, revision, written, &kvs, &leases, Some(&auth))
-        .and_then(|_| out.finish());
+    let result = tempfile::tempdir().and_then(|dir| {
+        let path = dir.path().join("snapshot.db");
+        etcd_db::write(&path, &contents)?;
+        send_file(&path, &tx)
+    });
     match result {
-        Ok(()) => tracing::info!(
+        Ok(total) => tracing::info!(
             revision,
             total_bytes = total,
             elapsed_ms = started.elapsed().as_millis() as u64,
             "sent a snapshot"
         ),
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {
-            tracing::info!(revision, sent_bytes = out.sent, "snapshot client went away")
+            tracing::info!(revision, "snapshot client went away")
         }
         Err(e) => {
             tracing::error!(error = %e, "snapshot failed");
-            let _ = out
-                .tx
-                .blocking_send(Err(Status::internal(format!("ephd: snapshot failed: {e}"))));
+            let _ = tx.blocking_send(Err(Status::internal(format!("ephd: snapshot failed: {e}"))));
         }
     }
 }
 
-/// Cuts what is written into messages of [`CHUNK_BYTES`].
-struct Chunker {
-    tx: Sender,
-    buf: BytesMut,
-    total: u64,
-    sent: u64,
-}
-
-impl Chunker {
-    fn send(&mut self, n: usize) -> io::Result<()> {
-        let blob = self.buf.split_to(n).freeze();
-        self.sent += n as u64;
+/// Sends the database at `path` and then its SHA-256; returns the
+/// database's size.
+fn send_file(path: &std::path::Path, tx: &Sender) -> io::Result<u64> {
+    let mut file = File::open(path)?;
+    let total = file.metadata()?.len();
+    let mut sha = ring::digest::Context::new(&ring::digest::SHA256);
+    let mut sent = 0u64;
+    let send = |blob: Vec<u8>, remaining_bytes: u64| {
         let msg = pb::SnapshotResponse {
             header: None,
-            remaining_bytes: self.total.saturating_sub(self.sent),
-            blob,
-            version: String::new(),
+            remaining_bytes,
+            blob: blob.into(),
+            version: etcd_db::STORAGE_VERSION.to_string(),
         };
-        self.tx
-            .blocking_send(Ok(msg))
+        tx.blocking_send(Ok(msg))
             .map_err(|_| io::Error::from(io::ErrorKind::BrokenPipe))
+    };
+    while sent < total {
+        let n = CHUNK_BYTES.min((total - sent) as usize);
+        let mut blob = vec![0u8; n];
+        file.read_exact(&mut blob)?;
+        sha.update(&blob);
+        sent += n as u64;
+        send(blob, total - sent)?;
     }
-
-    /// Sends what is left (the whole snapshot always ends in a message).
-    fn finish(&mut self) -> io::Result<()> {
-        if !self.buf.is_empty() || self.sent == 0 {
-            self.send(self.buf.len())?;
-        }
-        if self.sent != self.total {
-            return Err(io::Error::other(format!(
-                "encoded {} bytes, expected {}",
-                self.sent, self.total
-            )));
-        }
-        Ok(())
-    }
-}
-
-impl io::Write for Chunker {
-    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
-        let mut rest = data;
-        while !rest.is_empty() {
-            let room = CHUNK_BYTES - self.buf.len();
-            let take = room.min(rest.len());
-            self.buf.extend_from_slice(&rest[..take]);
-            rest = &rest[take..];
-            if self.buf.len() == CHUNK_BYTES {
-                self.send(CHUNK_BYTES)?;
-                self.buf.reserve(CHUNK_BYTES);
-            }
-        }
-        Ok(data.len())
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
+    send(sha.finish().as_ref().to_vec(), 0)?;
+    Ok(total)
 }

@@ -55,6 +55,7 @@
 //! (`now_unix_ms`), so tests can step it; [`wall_clock_ms`] reads the real
 //! one.
 
+pub mod etcd_db;
 mod format;
 #[cfg(test)]
 mod generation_tests;
@@ -147,50 +148,6 @@ pub fn encode_in_memory(
     )
     .expect("writing to memory cannot fail");
     out
-}
-
-/// Writes a whole snapshot (the current format) to `w` as [`write()`] puts it
-/// in a file, plus the padding record that gives it a length `etcdctl
-/// snapshot save` accepts; returns the bytes written. Maintenance.Snapshot
-/// streams it to a client through a writer that cuts it into messages, so a
-/// saved snapshot is read by the same reader as `--data-dir`'s files.
-pub fn encode_to(
-    w: &mut impl io::Write,
-    revision: i64,
-    written_unix_ms: i64,
-    kvs: &[crate::mvcc::Kv],
-    leases: &[crate::lease::LeaseInfo],
-    auth: Option<&crate::auth::AuthImage>,
-) -> io::Result<u64> {
-    format::encode(
-        w,
-        &format::Meta::at(revision, written_unix_ms, None),
-        kvs,
-        leases,
-        auth,
-        true,
-    )
-}
-
-/// The size [`encode_to`] will write for the same arguments, found by
-/// encoding into nothing: Maintenance.Snapshot reports the bytes still to
-/// come in every message, as etcd does, before it has encoded them.
-pub fn encoded_len(
-    revision: i64,
-    written_unix_ms: i64,
-    kvs: &[crate::mvcc::Kv],
-    leases: &[crate::lease::LeaseInfo],
-    auth: Option<&crate::auth::AuthImage>,
-) -> u64 {
-    format::encode(
-        &mut io::sink(),
-        &format::Meta::at(revision, written_unix_ms, None),
-        kvs,
-        leases,
-        auth,
-        true,
-    )
-    .expect("writing to a sink cannot fail")
 }
 
 /// Reads a snapshot from memory with the same all-or-nothing reader as

@@ -1,6 +1,8 @@
-//! `--restore-snapshot <file>`: starting from one snapshot file, the one
-//! Maintenance.Snapshot streams (`etcdctl snapshot save` against an ephd)
-//! or a generation copied out of a `--data-dir`.
+//! `--restore-snapshot <file>`: starting from one snapshot file: an etcd
+//! database (what `etcdctl snapshot save` writes from ephd or etcd 3.4 to
+//! 3.7, or an etcd data dir's `member/snap/db`) or an ephd snapshot (a
+//! generation copied out of a `--data-dir`, or a file saved from an older
+//! ephd).
 //!
 //! The rules are those of any restart (`bootstrap.rs`): the file is read
 //! all or nothing, and with revision continuity (the default) the store
@@ -17,7 +19,8 @@
 //! The restored state is written to the directory before serving, so the
 //! next start (without the flag) continues from it.
 
-use crate::persist::{self, ReadError, Recovery};
+use crate::persist::{self, etcd_db, ReadError, Recovery};
+use std::io::Read;
 use std::path::Path;
 
 /// Reads `file` for a start, refusing a damaged one, and checks that
@@ -45,17 +48,25 @@ pub(super) fn from_file(
             ));
         }
     }
-    let restored = persist::read_file(file, wall_ms).map_err(|e| match e {
+    let etcd_format = is_etcd_database(file);
+    let read = if etcd_format {
+        etcd_db::read(file, wall_ms)
+    } else {
+        persist::read_file(file, wall_ms)
+    };
+    let restored = read.map_err(|e| match e {
         ReadError::Damaged { reason, .. } => format!(
             "refusing to start: --restore-snapshot {} cannot be restored: {reason}. Nothing was \
-             restored (a snapshot is restored whole or not at all); the file must be an ephd \
-             snapshot (what `etcdctl snapshot save` writes from an ephd), not an etcd database",
+             restored (a snapshot is restored whole or not at all); the file must be what \
+             `etcdctl snapshot save` writes (from etcd or ephd), an etcd data dir's \
+             member/snap/db, or an ephd --data-dir snapshot",
             file.display()
         ),
         ReadError::Io(e) => format!("cannot read --restore-snapshot {}: {e}", file.display()),
     })?;
     tracing::info!(
         path = %file.display(),
+        format = if etcd_format { "etcd database" } else { "ephd snapshot" },
         revision = restored.revision,
         written_unix_ms = restored.written_unix_ms,
         "restoring the snapshot named by --restore-snapshot"
@@ -65,4 +76,13 @@ pub(super) fn from_file(
         restored: Some((file.to_path_buf(), restored)),
         damaged: Vec::new(),
     })
+}
+
+/// Whether `file` starts as a bbolt database does (else it is read as an
+/// ephd snapshot, whose reader says what is wrong with anything else).
+fn is_etcd_database(file: &Path) -> bool {
+    let mut head = [0u8; 20];
+    std::fs::File::open(file)
+        .and_then(|mut f| f.read_exact(&mut head))
+        .is_ok_and(|()| etcd_db::has_bbolt_magic(&head))
 }

@@ -20,6 +20,7 @@ mod differential;
 mod election;
 mod embed;
 mod etcd_cluster;
+mod etcd_snapshot;
 mod etcdctl;
 mod exposure;
 mod gateway;
