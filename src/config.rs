@@ -372,6 +372,13 @@ pub struct Config {
     #[arg(skip)]
     #[serde(skip)]
     pub cluster: Option<ClusterConfig>,
+
+    /// A single member's `--initial-advertise-peer-urls`, shown in
+    /// MemberList (cluster mode keeps its own in [`Config::cluster`]);
+    /// empty shows etcd's default.
+    #[arg(skip)]
+    #[serde(skip)]
+    pub advertise_peer_urls: Vec<String>,
 }
 
 impl Config {

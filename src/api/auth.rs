@@ -78,8 +78,12 @@ fn perm_to_wire(p: Permission) -> authpb::Permission {
 impl Auth for AuthService {
     async fn auth_status(
         &self,
-        _req: Request<pb::AuthStatusRequest>,
+        req: Request<pb::AuthStatusRequest>,
     ) -> Result<Response<pb::AuthStatusResponse>, Status> {
+        // Root only once enabled, as etcd checks every auth admin call.
+        if self.0.store.auth().enabled() {
+            super::authz::require_root(&self.0, &req).await?;
+        }
         let auth = self.0.store.auth();
         Ok(Response::new(pb::AuthStatusResponse {
             header: self.header(),

@@ -313,6 +313,12 @@ fn allowed(flags: &Flags<'_>) -> Result<Option<PeerAllowed>, String> {
     Ok(Some(allowed))
 }
 
+/// The peer URLs `--initial-advertise-peer-urls` gives (etcd's default
+/// when not given).
+pub(super) fn advertised_peer_urls(v: Option<&str>) -> Vec<String> {
+    urls(v)
+}
+
 fn urls(v: Option<&str>) -> Vec<String> {
     v.unwrap_or(DEFAULT_PEER_URL)
         .split(',')

@@ -58,6 +58,8 @@ const NO_RAFT: &str =
     "ephd runs a single member without raft (cluster mode: --initial-cluster naming other members)";
 const NO_PEERS: &str =
     "ephd runs a single member without peers (cluster mode: --initial-cluster naming other members)";
+const LISTED_PEER_URLS: &str = "a single member listens on no peer URL; MemberList shows these \
+     (cluster mode: --initial-cluster naming other members)";
 const NO_BACKEND: &str = "ephd has no bbolt backend: writes apply in memory at once";
 const NO_WAL: &str =
     "ephd keeps its write-ahead log in --data-dir (--wal), in segments it removes itself";
@@ -142,7 +144,11 @@ pub(super) const COMPAT: &[Compat] = &[
     // Clustering: ignored for a single member; cluster mode reads them
     // (`judge`, `cluster.rs`). --initial-cluster is added by `add_compat_args`.
     c("listen-peer-urls", Kind::Text, Effect::Ignored(NO_PEERS)),
-    c("initial-advertise-peer-urls", Kind::Text, Effect::Ignored(NO_PEERS)),
+    c(
+        "initial-advertise-peer-urls",
+        Kind::Text,
+        Effect::Ignored(LISTED_PEER_URLS),
+    ),
     c(
         "initial-cluster-state",
         Kind::OneOf(&["new", "existing"]),
@@ -588,6 +594,16 @@ pub(super) fn judge(
     };
     let config = cluster::build(member, members, &flags)?;
     Ok((warnings, Some(config)))
+}
+
+/// The peer URLs a single member shows in MemberList: those it was told
+/// to advertise (sorted, as etcd lists them), or etcd's default.
+pub(super) fn single_member_peer_urls(matches: &ArgMatches) -> Vec<String> {
+    let mut urls = cluster::advertised_peer_urls(
+        given(matches, "initial-advertise-peer-urls").map(String::as_str),
+    );
+    urls.sort();
+    urls
 }
 
 /// The one-line warning for an accepted, ignored flag.

@@ -151,6 +151,9 @@ where
                 .to_string(),
         ));
     }
+    if cluster.is_none() {
+        config.advertise_peer_urls = etcd::single_member_peer_urls(&matches);
+    }
     config.cluster = cluster;
     notices.extend(warnings.into_iter().map(Notice::Warn));
     Ok(Loaded { config, notices })

@@ -312,6 +312,8 @@ impl Server {
             info.member_id = b.id;
             info.cluster_id = b.cluster_id;
             info.peer_urls = c.advertise_peer_urls.clone();
+        } else if !config.advertise_peer_urls.is_empty() {
+            info.peer_urls = config.advertise_peer_urls.clone();
         }
         info.max_request_bytes = config.max_request_bytes;
         info.progress_notify_interval = if config.watch_progress_notify_interval.is_zero() {

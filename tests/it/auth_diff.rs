@@ -233,6 +233,11 @@ async fn script(s: Session) -> Vec<String> {
         |r| format!("{:?}", r.users)
     );
     step!(
+        "auth status without token",
+        a().auth_status(s.req(pb::AuthStatusRequest {})),
+        |r| format!("enabled {}", r.enabled)
+    );
+    step!(
         "status without token",
         s.maint().status(s.req(pb::StatusRequest {})),
         done

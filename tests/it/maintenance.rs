@@ -160,6 +160,33 @@ async fn member_list_has_one_member_with_the_advertised_url() {
     assert_eq!(status.leader(), m.id());
 }
 
+/// The peer URLs shown are etcd's default, or those given, as a stock
+/// etcd shows them.
+#[tokio::test]
+async fn member_list_shows_the_peer_urls_given_as_etcd_does() {
+    let given = "http://127.0.0.1:2390,http://10.0.0.9:2390";
+    let peer_urls = |list: &etcd_client::MemberListResponse| list.members()[0].peer_urls().to_vec();
+    let plain = ephd(&[]);
+    let list = within("member list", plain.client().await.member_list())
+        .await
+        .unwrap();
+    assert_eq!(peer_urls(&list), ["http://localhost:2380"]);
+    let told = ephd(&["--initial-advertise-peer-urls", given]);
+    let ours = within("member list", told.client().await.member_list())
+        .await
+        .unwrap();
+    let cluster = "--initial-cluster=default=http://127.0.0.1:2390,default=http://10.0.0.9:2390";
+    let etcd =
+        crate::harness::StockEtcd::start_with(&["--initial-advertise-peer-urls", given, cluster]);
+    let theirs = within("member list", etcd.client().await.member_list())
+        .await
+        .unwrap();
+    assert_eq!(peer_urls(&ours), peer_urls(&theirs));
+    let mut shown = peer_urls(&ours);
+    shown.sort();
+    assert_eq!(shown, ["http://10.0.0.9:2390", "http://127.0.0.1:2390"]);
+}
+
 #[tokio::test]
 async fn auth_starts_disabled_and_unsupported_rpcs_are_unimplemented() {
     let server = ephd(&[]);
