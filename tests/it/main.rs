@@ -38,6 +38,7 @@ mod lock;
 mod logging;
 mod maintenance;
 mod metrics;
+mod migration;
 mod operations;
 mod overload;
 mod partition;
