@@ -3,8 +3,8 @@
 //! `etcdutl snapshot status` and restored by `etcdutl snapshot restore`
 //! into a stock etcd that serves the same keys, revisions, leases, users
 //! and roles; a snapshot of a stock etcd (or its data dir's database)
-//! restores into ephd the same way; and the round trips through both keep
-//! everything.
+//! restores into ephd the same way (from etcd 3.4, 3.6 and 3.7); and the
+//! round trips through both keep everything.
 
 use crate::auth::client_as;
 use crate::harness::{Ephd, Server, StockEtcd};
@@ -236,4 +236,24 @@ async fn round_trips_through_etcd_and_ephd_keep_everything() {
     save(&etcd.endpoint(), &fourth);
     let back = restored_ephd(&fourth);
     assert_eq!(state(&back.endpoint()).await, original);
+}
+
+/// The other releases an etcd may be moved from: 3.4 (Debian's) and 3.7.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshots_of_etcd_34_and_37_restore_into_ephd() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, etcd) in [
+        (
+            "3.4",
+            StockEtcd::start_binary(&crate::references::debian_etcd_34(), &[]),
+        ),
+        ("3.7", StockEtcd::start_release("etcd-3.7", &[])),
+    ] {
+        fill(&mut etcd.client().await).await;
+        let before = state(&etcd.endpoint()).await;
+        let file = dir.path().join(format!("etcd-{name}.db"));
+        save(&etcd.endpoint(), &file);
+        let ephd = restored_ephd(&file);
+        assert_eq!(state(&ephd.endpoint()).await, before, "etcd {name}");
+    }
 }

@@ -544,14 +544,21 @@ impl StockEtcd {
     /// [`StockEtcd::start_with`] on another reference release (for example
     /// `etcd-3.7`).
     pub fn start_release(release: &str, extra_args: &[&str]) -> StockEtcd {
-        Self::start_prepared(release, extra_args, |_, _| {})
+        Self::start_binary(&crate::references::binary(release), extra_args)
+    }
+
+    /// [`StockEtcd::start_with`] with the etcd binary at `etcd` (Debian's
+    /// 3.4, say).
+    pub fn start_binary(etcd: &Path, extra_args: &[&str]) -> StockEtcd {
+        Self::start_prepared(etcd, extra_args, |_, _| {})
     }
 
     /// Stock etcd on a data dir that `etcdutl snapshot restore` made from
     /// `snapshot` (the way an operator restores an etcd backup).
     #[allow(dead_code)]
     pub fn start_from_snapshot(snapshot: &Path) -> StockEtcd {
-        Self::start_prepared(crate::references::ETCD, &[], |data_dir, peer| {
+        let etcd = crate::references::binary(crate::references::ETCD);
+        Self::start_prepared(&etcd, &[], |data_dir, peer| {
             let out = Command::new(crate::references::binary("etcdutl-3.6"))
                 .arg("snapshot")
                 .arg("restore")
@@ -574,11 +581,10 @@ impl StockEtcd {
     /// Starts etcd after `prepare(data_dir, peer_url)` has made its data
     /// dir, or found nothing to do (etcd then creates it).
     fn start_prepared(
-        release: &str,
+        etcd: &Path,
         extra_args: &[&str],
         prepare: impl Fn(&Path, &str),
     ) -> StockEtcd {
-        let etcd = crate::references::binary(release);
         let mut failures = Vec::new();
         for _ in 0..START_ATTEMPTS {
             let data_dir = tempfile::Builder::new()
@@ -592,7 +598,7 @@ impl StockEtcd {
             // A directory etcd (or `prepare`) creates.
             let data = data_dir.path().join("etcd");
             prepare(&data, &peer);
-            let mut cmd = stock_etcd_command(&etcd, &data, &client, &peer);
+            let mut cmd = stock_etcd_command(etcd, &data, &client, &peer);
             cmd.args(extra_args);
             let mut process = ServerProcess::spawn("stock etcd", cmd);
             match process.wait_ready(&client) {
