@@ -30,7 +30,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 seconds=${FUZZ_SECONDS:-60}
-targets=${FUZZ_TARGETS:-"decode_requests store_ops snapshot"}
+targets=${FUZZ_TARGETS:-"decode_requests store_ops snapshot etcd_db"}
 sanitizer=${FUZZ_SANITIZER:-address}
 stamp=$(date -u +%Y-%m-%dT%H%M%SZ)
 results=${FUZZ_RESULTS:-fuzz/results/$stamp.md}
@@ -43,6 +43,7 @@ max_len() {
   case $1 in
     decode_requests) echo 65536 ;;
     snapshot) echo 8192 ;;
+    etcd_db) echo 65536 ;;
     *) echo 4096 ;;
   esac
 }

@@ -19,8 +19,11 @@
 //!   against the small reference model in [`model`].
 //! * [`snapshot`]: bytes → the snapshot reader; valid snapshots read back
 //!   exactly, damaged ones are refused whole.
+//! * [`etcd_db`]: bytes → the reader of etcd's database format; nothing
+//!   may panic, and what it accepts obeys etcd's rules.
 
 pub mod decode;
+pub mod etcd_db;
 pub mod model;
 pub mod seeds;
 pub mod snapshot;
@@ -28,7 +31,7 @@ pub mod store_ops;
 
 /// The names of the fuzz targets, as `fuzz/Cargo.toml` and the directories
 /// under `fuzz/seeds/` and `fuzz/regressions/` spell them.
-pub const TARGETS: [&str; 3] = ["decode_requests", "store_ops", "snapshot"];
+pub const TARGETS: [&str; 4] = ["decode_requests", "store_ops", "snapshot", "etcd_db"];
 
 /// The stack of the threads that decode and serve requests in the server:
 /// tokio's default for worker threads, which ephd does not change. The
@@ -43,6 +46,7 @@ pub fn run(target: &str, data: &[u8]) {
         "decode_requests" => on_server_stack(|| decode::run(data)),
         "store_ops" => store_ops::run(data),
         "snapshot" => snapshot::run(data),
+        "etcd_db" => etcd_db::run(data),
         other => panic!("no fuzz target called {other}"),
     }
 }

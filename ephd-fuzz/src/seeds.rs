@@ -20,6 +20,7 @@ pub fn seeds(target: &str) -> Vec<(String, Vec<u8>)> {
         "decode_requests" => decode_requests(),
         "store_ops" => store_ops(),
         "snapshot" => snapshot(),
+        "etcd_db" => etcd_db(),
         other => panic!("no fuzz target called {other}"),
     }
 }
@@ -210,6 +211,94 @@ fn snapshot() -> Vec<(String, Vec<u8>)> {
         let mut damage = vec![i as u8];
         damage.extend(noise(i, 96));
         out.push((format!("damage-{i}"), damage));
+    }
+    out
+}
+
+/// Databases written as Maintenance.Snapshot writes them: keys, a txn's
+/// two keys at one revision, a lease, users and roles.
+fn etcd_db() -> Vec<(String, Vec<u8>)> {
+    use ephd::auth::{AuthImage, PermKind, Permission, Role, State, User};
+    use ephd::persist::etcd_db::{write, Contents};
+    use std::sync::Arc;
+    let kv = |k: &str, create, rev, version, lease| {
+        Arc::new(KeyValue {
+            key: b(k),
+            create_revision: create,
+            mod_revision: rev,
+            version,
+            value: b("value"),
+            lease,
+        })
+    };
+    let kvs = vec![
+        kv("a", 2, 5, 3, 0),
+        kv("b", 7, 7, 1, 9),
+        kv("c", 7, 7, 1, 0),
+    ];
+    let leases = vec![LeaseInfo {
+        id: 9,
+        granted_ttl: 60,
+        remaining_ttl: 30,
+        remaining_ms: 30_000,
+        keys: Vec::new(),
+    }];
+    let mut state = State {
+        enabled: true,
+        ..State::default()
+    };
+    state.users.insert(
+        "root".into(),
+        User {
+            password_hash: Some("$2a$04$0000000000000000000000".into()),
+            roles: vec!["root".into()],
+        },
+    );
+    state.roles.insert(
+        "r".into(),
+        Role {
+            perms: vec![Permission {
+                kind: PermKind::Read,
+                key: b"/a".to_vec(),
+                range_end: Vec::new(),
+            }],
+        },
+    );
+    let auth = AuthImage {
+        state,
+        revision: 4,
+        tokens: Vec::new(),
+    };
+    let mut out = Vec::new();
+    for (name, kvs, leases, auth) in [
+        ("keys-leases-auth", &kvs[..], &leases[..], auth),
+        ("empty", &[][..], &[][..], AuthImage::pristine()),
+    ] {
+        // One file per process, thread and seed: tests make seeds at once.
+        let thread: String = format!("{:?}", std::thread::current().id())
+            .chars()
+            .filter(char::is_ascii_alphanumeric)
+            .collect();
+        let path = std::env::temp_dir().join(format!(
+            "ephd-fuzz-seed-{}-{thread}-{name}.db",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_file(&path);
+        write(
+            &path,
+            &Contents {
+                revision: 12,
+                kvs,
+                leases,
+                auth: &auth,
+            },
+        )
+        .expect("write a seed database");
+        out.push((
+            name.to_string(),
+            std::fs::read(&path).expect("read it back"),
+        ));
+        let _ = std::fs::remove_file(&path);
     }
     out
 }

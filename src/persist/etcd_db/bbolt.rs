@@ -1,5 +1,6 @@
 //! Reading a bbolt database file: its newest valid meta page and the
-//! buckets and key-values of its B+tree, in key order. Read-only and whole
+//! buckets and key-values of its B+tree, in key order; and clearing the
+//! bytes of one that no page in use holds. Read-only and whole
 //! file in memory; every offset is checked, so a damaged file is an error
 //! that says where, never a panic. (The `bbolt-rs` crate that writes
 //! ephd's snapshots cannot open files written without a synced freelist,
@@ -29,6 +30,7 @@ pub(super) struct Bolt {
     bytes: Vec<u8>,
     page_size: usize,
     root: u64,
+    freelist: u64,
 }
 
 /// Where a bucket's tree lives: its own pages, or inline in its parent's
@@ -67,6 +69,7 @@ impl Bolt {
             bytes,
             page_size,
             root: best.root,
+            freelist: best.freelist,
         })
     }
 
@@ -142,6 +145,91 @@ impl Bolt {
         Ok(())
     }
 
+    /// The database with every byte that no page in use holds set to
+    /// zero: free pages, and the slack after each page's header, elements,
+    /// keys and values. A writer that does not clear the memory it writes
+    /// pages from leaves whatever that memory held there; nothing of it
+    /// may leave the process in a snapshot.
+    pub fn scrubbed(self) -> Result<Vec<u8>, String> {
+        let mut used = vec![(0, PAGE_HEADER + 64), (self.page_size, PAGE_HEADER + 64)];
+        if self.freelist != u64::MAX {
+            let page = self.page(self.freelist)?;
+            let count = u16::from_le_bytes([page[10], page[11]]) as usize;
+            // A count of 0xFFFF is kept in the first element instead.
+            let ids = if count == 0xFFFF {
+                page.get(16..24)
+                    .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")) as usize + 1)
+                    .ok_or("freelist page cut short")?
+            } else {
+                count
+            };
+            used.push((self.start(self.freelist), PAGE_HEADER + ids * 8));
+        }
+        self.pages_in_use(Tree::Page(self.root), 0, &mut used)?;
+        used.sort_unstable();
+        let mut bytes = self.bytes;
+        let mut from = 0;
+        for (start, len) in used {
+            if start > from {
+                bytes[from..start].fill(0);
+            }
+            from = from.max(start + len).min(bytes.len());
+        }
+        bytes[from..].fill(0);
+        Ok(bytes)
+    }
+
+    /// Adds (start, bytes used) of every page of `tree` and of the trees of
+    /// the buckets in it.
+    fn pages_in_use(
+        &self,
+        tree: Tree<'_>,
+        depth: usize,
+        used: &mut Vec<(usize, usize)>,
+    ) -> Result<(), String> {
+        if depth > MAX_DEPTH {
+            return Err("a tree deeper than any bbolt writes (a cycle?)".into());
+        }
+        let Tree::Page(id) = tree else {
+            // An inline bucket is sized to what it holds; its buckets are
+            // inline too.
+            return Ok(());
+        };
+        let page = self.page(id)?;
+        let flags = u16::from_le_bytes([page[8], page[9]]);
+        let count = u16::from_le_bytes([page[10], page[11]]) as usize;
+        let mut end = PAGE_HEADER + count * ELEMENT;
+        for i in 0..count {
+            let at = PAGE_HEADER + i * ELEMENT;
+            let e = page
+                .get(at..at + ELEMENT)
+                .ok_or_else(|| format!("page {id}: element {i} out of the page"))?;
+            let word = |n: usize| u32::from_le_bytes([e[n], e[n + 1], e[n + 2], e[n + 3]]) as usize;
+            if flags == LEAF_PAGE {
+                let (key_at, ksize, vsize) = (at + word(4), word(8), word(12));
+                end = end.max(key_at + ksize + vsize);
+                if word(0) as u32 & BUCKET_LEAF != 0 {
+                    let value = page
+                        .get(key_at + ksize..key_at + ksize + vsize)
+                        .ok_or_else(|| format!("page {id}: value {i} out of the page"))?;
+                    self.pages_in_use(bucket_tree(value)?, depth + 1, used)?;
+                }
+            } else if flags == BRANCH_PAGE {
+                end = end.max(at + word(0) + word(4));
+                let child = u64::from_le_bytes(e[8..16].try_into().expect("8 bytes"));
+                self.pages_in_use(Tree::Page(child), depth + 1, used)?;
+            } else {
+                return Err(format!("page {id}: flags {flags:#x}, not a tree page"));
+            }
+        }
+        used.push((self.start(id), end.min(page.len())));
+        Ok(())
+    }
+
+    fn start(&self, id: u64) -> usize {
+        id as usize * self.page_size
+    }
+
     /// The bytes of page `id` with its overflow pages.
     fn page(&self, id: u64) -> Result<&[u8], String> {
         let start = (id as usize)
@@ -180,6 +268,7 @@ fn bucket_tree(header: &[u8]) -> Result<Tree<'_>, String> {
 struct Meta {
     page_size: usize,
     root: u64,
+    freelist: u64,
     txid: u64,
 }
 
@@ -208,6 +297,7 @@ fn meta(bytes: &[u8], at: usize) -> Result<Meta, String> {
     Ok(Meta {
         page_size,
         root: u64_at(16),
+        freelist: u64_at(32),
         txid: u64_at(48),
     })
 }

@@ -64,6 +64,18 @@ fn contents(db: &Bolt, now_unix_ms: i64) -> Result<Restored, String> {
         if tombstone {
             live.remove(kv.key.as_ref());
         } else {
+            // What etcd writes: a version's record under its own revision.
+            if kv.mod_revision != main
+                || kv.create_revision < 1
+                || kv.create_revision > kv.mod_revision
+                || kv.version < 1
+            {
+                return Err(format!(
+                    "key bucket: revision {main}: impossible revisions (create {}, mod {}, \
+                     version {})",
+                    kv.create_revision, kv.mod_revision, kv.version
+                ));
+            }
             live.insert(
                 kv.key.to_vec(),
                 KeyValue {
@@ -104,6 +116,9 @@ fn leases(db: &Bolt) -> Result<Vec<RestoredLease>, String> {
         .iter()
         .map(|(_, v)| {
             let l = LeaseRecord::decode(v.as_slice()).map_err(|e| format!("lease bucket: {e}"))?;
+            if l.id <= 0 || l.ttl <= 0 {
+                return Err(format!("lease bucket: lease {} with TTL {}", l.id, l.ttl));
+            }
             let left = if l.remaining_ttl > 0 {
                 l.remaining_ttl
             } else {
@@ -133,6 +148,9 @@ fn auth(db: &Bolt) -> Result<Option<AuthImage>, String> {
         for (_, v) in &users {
             let u =
                 authpb::User::decode(v.as_slice()).map_err(|e| format!("authUsers bucket: {e}"))?;
+            if u.name.is_empty() {
+                return Err("authUsers bucket: a user without a name".into());
+            }
             let no_password = u.options.is_some_and(|o| o.no_password);
             let hash = String::from_utf8_lossy(&u.password).into_owned();
             let mut roles = u.roles;
@@ -151,6 +169,9 @@ fn auth(db: &Bolt) -> Result<Option<AuthImage>, String> {
         for (_, v) in &roles {
             let r =
                 authpb::Role::decode(v.as_slice()).map_err(|e| format!("authRoles bucket: {e}"))?;
+            if r.name.is_empty() {
+                return Err("authRoles bucket: a role without a name".into());
+            }
             let mut granted = Vec::new();
             for p in r.key_permission {
                 perms::grant(

@@ -219,3 +219,37 @@ fn a_damaged_database_is_an_error_never_a_panic() {
     }
     assert!(refused > 0, "no damaged byte was noticed");
 }
+
+#[test]
+fn the_same_contents_write_the_same_bytes_whatever_memory_held() {
+    let dir = tempfile::tempdir().unwrap();
+    let image = auth();
+    let kvs = many(600);
+    let mut files = Vec::new();
+    for i in 0..6u8 {
+        // Heap memory freed just before, holding other patterns each time.
+        let noise: Vec<Vec<u8>> = (0..200).map(|j| vec![0xA0 + i; 1000 + j]).collect();
+        drop(noise);
+        for (name, kvs) in [("empty", &[][..]), ("keys", &kvs[..])] {
+            let path = dir.path().join(format!("{name}-{i}"));
+            let contents = Contents {
+                revision: 600,
+                kvs,
+                leases: &[],
+                auth: &image,
+            };
+            write(&path, &contents).unwrap();
+            files.push((name, std::fs::read(&path).unwrap()));
+        }
+    }
+    for (name, bytes) in &files {
+        let first = &files.iter().find(|(n, _)| n == name).unwrap().1;
+        assert!(bytes == first, "two writes of the same {name} state differ");
+        // Meta page 0 holds 16 + 64 bytes; the rest of the page is slack.
+        assert!(
+            bytes[80..4096].iter().all(|b| *b == 0),
+            "{name}: slack not cleared"
+        );
+    }
+    assert_eq!(read(&dir.path().join("keys-0"), 0).unwrap().kvs.len(), 600);
+}

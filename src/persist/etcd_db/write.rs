@@ -1,11 +1,12 @@
 //! Writing ephd's state as an etcd database.
 
+use super::bbolt::Bolt;
 use super::layout::*;
 use crate::auth::AuthImage;
 use crate::lease::LeaseInfo;
 use crate::mvcc::Kv;
 use crate::proto::{authpb, mvccpb};
-use bbolt_rs::{Bolt, BucketRwApi, DbApi, DbRwAPI, TxRwRefApi};
+use bbolt_rs::{BucketRwApi, DbApi, DbRwAPI, TxRwRefApi};
 use prost::Message;
 use std::io;
 use std::path::Path;
@@ -26,10 +27,10 @@ pub struct Contents<'a> {
 }
 
 /// Writes `contents` as a new bbolt database at `path` (which must not
-/// exist).
+/// exist), every byte that is not the database's content zero.
 pub fn write(path: &Path, contents: &Contents) -> io::Result<()> {
     let failed = |e: bbolt_rs::Error| io::Error::other(format!("bbolt: {e}"));
-    let mut db = Bolt::open(path).map_err(failed)?;
+    let mut db = bbolt_rs::Bolt::open(path).map_err(failed)?;
     let mut by_revision: Vec<&Kv> = contents.kvs.iter().collect();
     // Keys written by one txn share its revision and are told apart by the
     // sub revision; which one came first is not kept, so key order.
@@ -128,5 +129,11 @@ pub fn write(path: &Path, contents: &Contents) -> io::Result<()> {
     })
     .map_err(failed)?;
     db.close();
-    Ok(())
+    // bbolt-rs writes pages from memory it does not clear: only what the
+    // pages hold may leave the process.
+    let written = std::fs::read(path)?;
+    let clean = Bolt::new(written)
+        .and_then(Bolt::scrubbed)
+        .map_err(|e| io::Error::other(format!("the database just written does not read: {e}")))?;
+    std::fs::write(path, clean)
 }
