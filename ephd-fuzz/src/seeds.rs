@@ -231,12 +231,12 @@ fn etcd_db() -> Vec<(String, Vec<u8>)> {
             lease,
         })
     };
-    let kvs = vec![
+    let kvs = [
         kv("a", 2, 5, 3, 0),
         kv("b", 7, 7, 1, 9),
         kv("c", 7, 7, 1, 0),
     ];
-    let leases = vec![LeaseInfo {
+    let leases = [LeaseInfo {
         id: 9,
         granted_ttl: 60,
         remaining_ttl: 30,
