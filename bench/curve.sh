@@ -56,7 +56,8 @@ read -r CLIENT_PORT PEER_PORT <<<"$(python3 "$ROOT/bench/free_ports.py" 2)"
 ENDPOINT=127.0.0.1:$CLIENT_PORT
 OUT=$(mktemp -d /tmp/ephd-curve.XXXXXX)
 DATA=$(mktemp -d /dev/shm/ephd-curve.XXXXXX)
-SERVER_PID=""
+# shellcheck source=bench/single_server.sh
+source "$ROOT/bench/single_server.sh"
 cleanup() {
   stop_server
   rm -rf "$DATA"
@@ -66,50 +67,6 @@ trap cleanup EXIT
 log() { echo "[curve] $*" >&2; }
 rss_kb() { awk '/^VmRSS/ {print $2}' "/proc/$1/status"; }
 
-start_server() { # server
-  case $1 in
-    ephd)
-      "$EPHD" --listen-client-urls "http://$ENDPOINT" --log-level warn >"$OUT/server.log" 2>&1 &
-      ;;
-    etcd-3.6)
-      rm -rf "$DATA/etcd"
-      "$ETCD" --name curve --data-dir "$DATA/etcd" \
-        --listen-client-urls "http://$ENDPOINT" --advertise-client-urls "http://$ENDPOINT" \
-        --listen-peer-urls "http://127.0.0.1:$PEER_PORT" \
-        --initial-advertise-peer-urls "http://127.0.0.1:$PEER_PORT" \
-        --initial-cluster "curve=http://127.0.0.1:$PEER_PORT" \
-        --quota-backend-bytes 8589934592 \
-        --logger zap --log-outputs stderr --log-level warn >"$OUT/server.log" 2>&1 &
-      ;;
-  esac
-  SERVER_PID=$!
-  local i
-  for ((i = 0; i < 100; i++)); do
-    if "$BENCH" put --endpoints "$ENDPOINT" --total 1 --clients 1 --conns 1 \
-      --prefix /curve-ready/ --no-progress >/dev/null 2>&1; then
-      return 0
-    fi
-    kill -0 "$SERVER_PID" 2>/dev/null || break
-    sleep 0.1
-  done
-  log "$1 did not come up:"
-  tail -5 "$OUT/server.log" >&2 || true
-  return 1
-}
-
-stop_server() {
-  [[ -n $SERVER_PID ]] || return 0
-  kill -TERM "$SERVER_PID" 2>/dev/null || true
-  local i
-  for ((i = 0; i < 300; i++)); do
-    kill -0 "$SERVER_PID" 2>/dev/null || break
-    sleep 0.1
-  done
-  kill -KILL "$SERVER_PID" 2>/dev/null || true
-  wait "$SERVER_PID" 2>/dev/null || true
-  SERVER_PID=""
-  rm -rf "$DATA/etcd"
-}
 
 # Appends the tool's JSON line with what it was, or a failure record.
 record() { # phase server n repeat rc json extra-json

@@ -13,15 +13,7 @@ import statistics
 import sys
 from pathlib import Path
 
-PREFIX = "/registry/leases/kube-node-lease/"
-VALUE_BYTES = 300
 COLOURS = {"ephd": "#1f77b4", "etcd-3.6": "#d62728"}
-
-
-def raw_bytes_per_object(n):
-    """Key plus value bytes of one node Lease as ephd-bench writes it."""
-    width = max(4, len(str(max(n - 1, 0))))
-    return len(PREFIX) + len("node-") + width + VALUE_BYTES
 
 
 def median(values):
@@ -39,6 +31,8 @@ def summarize(runs):
         if phase == "load":
             grown = (r["rss_kb"] - r["rss_base_kb"]) * 1024
             row.setdefault("bytes_per_object", []).append(grown / r["objects"])
+            # Key plus value bytes of one object, as ephd-bench reports them.
+            row.setdefault("raw_bytes", []).append(r["key_size"] + r["val_size"])
         elif phase == "renew":
             row.setdefault("renew_per_s", []).append(r["ops_per_s"])
             row.setdefault("renew_p99_ms", []).append(r["lat_p99_ms"])
@@ -59,11 +53,11 @@ def table(summary):
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for (server, n), row in sorted(summary.items(), key=lambda kv: (kv[0][0] != "ephd", kv[0][0], kv[0][1])):
-        raw = raw_bytes_per_object(n)
+        raw = row.get("raw_bytes")
         per = row.get("bytes_per_object")
-        ratio = None if per is None else per / raw
+        ratio = None if per is None or not raw else per / raw
         lines.append(
-            f"| {server} | {n:,} | {fmt(per, ',.0f')} ({raw}) | {fmt(ratio, '.2f')}× | "
+            f"| {server} | {n:,} | {fmt(per, ',.0f')} ({fmt(raw, '.0f')}) | {fmt(ratio, '.2f')}× | "
             f"{fmt(row.get('renew_per_s'), ',.0f')} | {fmt(row.get('renew_p99_ms'), '.2f')} | "
             f"{fmt(row.get('cpu_us'), '.1f')} | {fmt(row.get('list_p50_ms'), ',.0f')} |"
         )

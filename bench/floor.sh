@@ -42,7 +42,8 @@ read -r CLIENT_PORT PEER_PORT <<<"$(python3 "$ROOT/bench/free_ports.py" 2)"
 ENDPOINT=127.0.0.1:$CLIENT_PORT
 OUT=$(mktemp -d /tmp/ephd-floor.XXXXXX)
 DATA=$(mktemp -d /dev/shm/ephd-floor.XXXXXX)
-SERVER_PID=""
+# shellcheck source=bench/single_server.sh
+source "$ROOT/bench/single_server.sh"
 cleanup() {
   stop_server
   rm -rf "$DATA"
@@ -51,60 +52,24 @@ trap cleanup EXIT
 
 log() { echo "[floor] $*" >&2; }
 
-start_server() { # server
-  case $1 in
-    floor) "$FLOOR" "$ENDPOINT" >"$OUT/server.log" 2>&1 & ;;
-    ephd)
-      "$EPHD" --listen-client-urls "http://$ENDPOINT" --log-level warn >"$OUT/server.log" 2>&1 &
-      ;;
-    etcd-3.6)
-      rm -rf "$DATA/etcd"
-      "$ETCD" --name floor --data-dir "$DATA/etcd" \
-        --listen-client-urls "http://$ENDPOINT" --advertise-client-urls "http://$ENDPOINT" \
-        --listen-peer-urls "http://127.0.0.1:$PEER_PORT" \
-        --initial-advertise-peer-urls "http://127.0.0.1:$PEER_PORT" \
-        --initial-cluster "floor=http://127.0.0.1:$PEER_PORT" \
-        --quota-backend-bytes 8589934592 \
-        --logger zap --log-outputs stderr --log-level warn >"$OUT/server.log" 2>&1 &
-      ;;
-  esac
-  SERVER_PID=$!
-  local i
-  for ((i = 0; i < 100; i++)); do
-    if "$BENCH" put --endpoints "$ENDPOINT" --total 1 --clients 1 --conns 1 --no-progress >/dev/null 2>&1; then
-      return 0
-    fi
-    kill -0 "$SERVER_PID" 2>/dev/null || break
-    sleep 0.1
-  done
-  log "$1 did not come up:"
-  tail -5 "$OUT/server.log" >&2 || true
-  return 1
-}
-
-stop_server() {
-  [[ -n $SERVER_PID ]] || return 0
-  kill -TERM "$SERVER_PID" 2>/dev/null || true
-  local i
-  for ((i = 0; i < 100; i++)); do
-    kill -0 "$SERVER_PID" 2>/dev/null || break
-    sleep 0.1
-  done
-  kill -KILL "$SERVER_PID" 2>/dev/null || true
-  wait "$SERVER_PID" 2>/dev/null || true
-  SERVER_PID=""
-}
 
 run() { # step server rate repeat
-  start_server "$2"
+  local line=""
   log "step $1: $2 at rate $3 (repeat $4)"
-  local line
-  line=$("$BENCH" put --endpoints "$ENDPOINT" --clients "$CLIENTS" --conns "$CONNS" \
-    --duration "$DURATION" --max-time 60s --rate "$3" --server-pid "$SERVER_PID" \
-    --json --no-progress | tail -1) || true
+  if start_server "$2"; then
+    line=$("$BENCH" put --endpoints "$ENDPOINT" --clients "$CLIENTS" --conns "$CONNS" \
+      --duration "$DURATION" --max-time 60s --rate "$3" --server-pid "$SERVER_PID" \
+      --json --no-progress | tail -1) || true
+  fi
   stop_server
-  python3 -c 'import json,sys; d=json.loads(sys.argv[1]); d.update(step=sys.argv[2], server=sys.argv[3], target=float(sys.argv[4])); print(json.dumps(d))' \
-    "$line" "$1" "$2" "$3" >>"$OUT/runs.jsonl"
+  # A run without a report is left out of the medians (and said so).
+  python3 -c 'import json,sys
+try:
+    d = json.loads(sys.argv[1])
+except ValueError:
+    sys.exit(print(f"[floor] {sys.argv[3]} at rate {sys.argv[4]}: no report", file=sys.stderr))
+d.update(step=sys.argv[2], server=sys.argv[3], target=float(sys.argv[4]))
+print(json.dumps(d))' "$line" "$1" "$2" "$3" >>"$OUT/runs.jsonl"
 }
 
 median_rate() { # step server
@@ -112,6 +77,8 @@ median_rate() { # step server
 import json, statistics, sys
 path, step, server = sys.argv[1:]
 rates = [d["ops_per_s"] for d in map(json.loads, open(path)) if d["step"] == step and d["server"] == server]
+if not rates:
+    sys.exit(f"[floor] no {server} run of step {step} reported: nothing to take a rate from")
 print(int(statistics.median(rates)))
 PY
 }
