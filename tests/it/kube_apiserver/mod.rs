@@ -53,6 +53,12 @@ const READY_TIMEOUT: Duration = Duration::from_secs(90);
 /// Where the apiserver sends Events and Leases, as an operator writes it:
 /// overrides are separated by commas, the servers of one override by
 /// semicolons.
+/// The last 60 lines of a server's output.
+fn tail(logs: &str) -> String {
+    let lines: Vec<&str> = logs.lines().collect();
+    lines[lines.len().saturating_sub(60)..].join("\n")
+}
+
 pub fn overrides_flag(ephd_url: &str) -> String {
     format!("--etcd-servers-overrides=/events#{ephd_url},coordination.k8s.io/leases#{ephd_url}")
 }
@@ -207,11 +213,24 @@ impl ControlPlane {
         assert!(ready["readyz"].is_array(), "readyz: {ready}");
     }
 
-    /// Stops the apiserver (SIGTERM) and starts it again on the same stores.
+    /// Stops the apiserver (SIGTERM), waits until it has exited, and starts
+    /// it again on the same stores.
     pub fn restart_apiserver(&mut self) {
         let mut apiserver = self.apiserver.take().expect("apiserver running");
         apiserver.terminate(Duration::from_secs(70));
+        drop(apiserver);
         self.start_apiserver();
+    }
+
+    /// The last lines the apiserver and ephd wrote, for failure messages.
+    pub fn server_logs(&self) -> String {
+        let of =
+            |p: &Option<ServerProcess>| p.as_ref().map(|p| tail(&p.logs())).unwrap_or_default();
+        format!(
+            "\n----- kube-apiserver -----\n{}\n----- ephd -----\n{}",
+            of(&self.apiserver),
+            of(&self.ephd)
+        )
     }
 
     fn driver_command(&self, scenario: &str, args: &[&str]) -> Command {

@@ -108,9 +108,10 @@ fn apiserver_restart_loses_nothing() {
     plane.restart_apiserver();
 
     let again = plane.driver("leases", &["-nodes=10", "-renewals=1"]);
-    assert_eq!(again["listed"], 10, "{again}");
-    assert_eq!(again["renewed"], 10, "{again}");
-    assert_eq!(again["stale"], 0, "{again}");
+    let logs = || plane.server_logs();
+    assert_eq!(again["listed"], 10, "{again}{}", logs());
+    assert_eq!(again["renewed"], 10, "{again}{}", logs());
+    assert_eq!(again["stale"], 0, "{again}{}", logs());
     let events = plane.driver("events", &["-events=0"]);
-    assert_eq!(events["listed"], 20, "{events}");
+    assert_eq!(events["listed"], 20, "{events}{}", logs());
 }
