@@ -9,6 +9,9 @@
 #                 ephd alternating (order flipped every repeat), REPEATS runs each. Per run: every
 #                 member's CPU seconds (/proc/<pid>/stat) and peak RSS (VmHWM), the leader changes
 #                 (raft term before/after, leader before/after), other processes' CPU share.
+#   range         benchmark ... range <one key> --consistency l --total <TOTAL>: linearizable reads
+#                 spread over all three members (each a ReadIndex round with the leader), the same
+#                 alternation as put.
 #   rate          the same put with --rate at half the three-member ephd's median put/s of this
 #                 invocation (RATE=N overrides), against the three-member ephd, a single-member ephd
 #                 and the three-member etcd: p99 at half of peak, cluster against single member.
@@ -262,12 +265,16 @@ run_bench() { # system(etcd|ephd|ephd1|etcd1) case(put|txn-put) repeat [rate]
     start_cluster "$sys" "$tag" || { record_failure "$sys" "$label" "$rep" "cluster did not form"; return 0; }
   fi
   local out=$RAW/$tag.txt
+  local args=("$case" --total "$TOTAL" --key-size 48 --val-size 1024 --key-space-size 100000)
+  if [[ $case == range ]]; then
+    args=(range /bench/range-key --consistency l --total "$TOTAL")
+  fi
   # shellcheck disable=SC2046
   python3 "$TOOL" sample pre "$eps" $(member_pids) >"$WORK/pre.json"
   /usr/bin/time -f '%U %S' -o "$WORK/time.txt" \
     timeout --signal=INT --kill-after=10 "$RUN_TIMEOUT" \
     "$GO_BIN" --endpoints "$eps" --dial-timeout 5s --precise --clients 100 --conns 10 \
-    "$case" --total "$TOTAL" --key-size 48 --val-size 1024 --key-space-size 100000 ${rate:+--rate "$rate"} \
+    "${args[@]}" ${rate:+--rate "$rate"} \
     >"$out" 2>"$WORK/bench.err" || rc=$?
   # The Go client logs every connection change on stderr; keep it only when the run failed.
   if [[ $rc != 0 ]]; then { echo "--- stderr (rc=$rc)"; tail -50 "$WORK/bench.err"; } >>"$out"; fi
@@ -407,7 +414,7 @@ log "results in $OUT_DIR (client ports ${CPORT[*]}, peer ports ${PPORT[*]}, load
 
 for c in $CASES; do
   case $c in
-    put|txn-put)
+    put|txn-put|range)
       for ((r = 1; r <= REPEATS; r++)); do
         if ((r % 2)); then order=(etcd ephd); else order=(ephd etcd); fi
         for s in "${order[@]}"; do

@@ -63,7 +63,7 @@ if meta.get("ephd_env") or meta.get("etcd_env"):
     w(f"Environment of the three-member clusters' processes (not the single member's): ephd "
       f"`{meta.get('ephd_env') or '(none)'}`, etcd `{meta.get('etcd_env') or '(none)'}`.\n")
 
-for case in ("put", "txn-put"):
+for case in ("put", "txn-put", "range"):
     e, p = sel(case, "etcd"), sel(case, "ephd")
     if not e and not p:
         continue

@@ -17,5 +17,6 @@ pub(in crate::cluster) mod leader_transfer;
 pub(in crate::cluster) mod queue;
 pub(in crate::cluster) mod raft_logger;
 pub(in crate::cluster) mod raft_status;
+pub(in crate::cluster) mod read_batches;
 pub(in crate::cluster) mod timeouts;
 pub(in crate::cluster) mod waiters;

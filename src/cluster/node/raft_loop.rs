@@ -203,6 +203,8 @@ pub(in crate::cluster) struct RaftLoop {
     pub(in crate::cluster) to_apply: Sender<Work>,
     pub(in crate::cluster) waiters: Arc<Waiters<Result<Applied>>>,
     pub(in crate::cluster) reads: Arc<Waiters<u64>>,
+    /// The reads of this round, sent as one ReadIndex request.
+    pub(in crate::cluster) read_batches: crate::cluster::log::read_batches::ReadBatches,
     pub(in crate::cluster) status: Arc<RaftStatus>,
     /// The heartbeat interval: one raft tick.
     pub(in crate::cluster) tick: Duration,
@@ -227,7 +229,8 @@ pub(in crate::cluster) struct RaftLoop {
 
 impl RaftLoop {
     /// One round: takes the inputs queued (up to `INPUTS_PER_ROUND`, or
-    /// `PROPOSED_BYTES_PER_ROUND` of proposals), ticks when a tick is
+    /// `PROPOSED_BYTES_PER_ROUND` of proposals), asks one read index for
+    /// the reads among them (`read_batches.rs`), ticks when a tick is
     /// due, and handles the `Ready` that follows.
     fn round(&mut self) -> Round {
         let mut proposed = 0;
@@ -244,6 +247,9 @@ impl RaftLoop {
                 }
                 None => break,
             }
+        }
+        if let Some(ctx) = self.read_batches.send() {
+            self.raw.read_index(ctx.to_be_bytes().to_vec());
         }
         let now = Instant::now();
         if now >= self.next_tick {
@@ -281,7 +287,7 @@ impl RaftLoop {
                 }
             }
             Input::Propose { proposal, data } => self.propose(proposal, data),
-            Input::ReadIndex { ctx } => self.raw.read_index(ctx.to_be_bytes().to_vec()),
+            Input::ReadIndex { ctx } => self.read_batches.ask(ctx),
             Input::TransferLeader(to) => {
                 crate::cluster::log::leader_transfer::start(&mut self.raw, to)
             }
@@ -354,7 +360,12 @@ impl RaftLoop {
         self.peers.send_all(rd.take_messages());
         for rs in rd.take_read_states() {
             if let Ok(ctx) = <[u8; 8]>::try_from(rs.request_ctx.as_slice()) {
-                self.reads.finish(u64::from_be_bytes(ctx), rs.index);
+                let mut served: Vec<(u64, u64)> = (self.read_batches)
+                    .answered(u64::from_be_bytes(ctx))
+                    .into_iter()
+                    .map(|read| (read, rs.index))
+                    .collect();
+                self.reads.finish_all(&mut served);
             }
         }
         if !rd.snapshot().is_empty() {

@@ -239,6 +239,7 @@ impl Node {
             to_apply,
             waiters: waiters.clone(),
             reads: reads.clone(),
+            read_batches: Default::default(),
             status: status.clone(),
             tick: config.heartbeat,
             next_tick: Instant::now() + config.heartbeat,
