@@ -253,7 +253,7 @@ record_failure() { # system case repeat why
 }
 
 # --------------------------------------------------------- benchmark runs
-run_bench() { # system(etcd|ephd|ephd1|etcd1) case(put|txn-put) repeat [rate]
+run_bench() { # system(etcd|ephd|ephd1|etcd1) case(put|txn-put|range) repeat [rate]
   local sys=$1 case=$2 rep=$3 rate=${4:-} members=3 eps=$EPS tag rc=0 label
   label=$case${rate:+@$rate}
   tag="$sys-${case}${rate:+-rate$rate}-r$rep"

@@ -52,7 +52,6 @@ trap cleanup EXIT
 
 log() { echo "[floor] $*" >&2; }
 
-
 run() { # step server rate repeat
   local line=""
   log "step $1: $2 at rate $3 (repeat $4)"

@@ -31,6 +31,7 @@ use crate::cluster::log::catchup::{CatchUp, LogStore, Work};
 use crate::cluster::log::input::Input;
 use crate::cluster::log::queue::{Bell, Receiver, Sender, TrySendError};
 use crate::cluster::log::raft_status::RaftStatus;
+use crate::cluster::log::read_batches::ReadBatches;
 use crate::cluster::log::waiters::Waiters;
 use crate::cluster::member::applied_membership::{self, Members};
 use crate::cluster::node::apply_loop::ApplyCore;
@@ -204,7 +205,7 @@ pub(in crate::cluster) struct RaftLoop {
     pub(in crate::cluster) waiters: Arc<Waiters<Result<Applied>>>,
     pub(in crate::cluster) reads: Arc<Waiters<u64>>,
     /// The reads of this round, sent as one ReadIndex request.
-    pub(in crate::cluster) read_batches: crate::cluster::log::read_batches::ReadBatches,
+    pub(in crate::cluster) read_batches: ReadBatches,
     pub(in crate::cluster) status: Arc<RaftStatus>,
     /// The heartbeat interval: one raft tick.
     pub(in crate::cluster) tick: Duration,
