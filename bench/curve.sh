@@ -67,7 +67,6 @@ trap cleanup EXIT
 log() { echo "[curve] $*" >&2; }
 rss_kb() { awk '/^VmRSS/ {print $2}' "/proc/$1/status"; }
 
-
 # Appends the tool's JSON line with what it was, or a failure record.
 record() { # phase server n repeat rc json extra-json
   python3 - "$@" >>"$OUT/runs.jsonl" <<'PY'
@@ -87,7 +86,12 @@ PY
 
 one() { # server n repeat
   local server=$1 n=$2 repeat=$3 base rss line rc
-  start_server "$server"
+  # A server that does not start is a failed run, as in floor.sh, not the end of the script.
+  if ! start_server "$server"; then
+    record start "$server" "$n" "$repeat" 1 "" ""
+    stop_server
+    return 0
+  fi
   base=$(rss_kb "$SERVER_PID")
   log "$server, $n objects (repeat $repeat): load"
   rc=0
