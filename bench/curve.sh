@@ -19,12 +19,13 @@
 # is set, and keeps the raw JSON lines in a temporary directory it names.
 #
 # Environment:
-#   SIZES="10000 100000 1000000"   object counts (5,000,000 exceeds ephd's default space quota)
+#   SIZES="10000 100000 1000000"   object counts (5000000 fits the 8 GiB quota)
 #   ETCD_MAX=1000000      largest N etcd is run at (its load takes minutes)
 #   LIST_SIZES="100000 1000000"
 #   REPEATS=1 DURATION=10s LISTS=3 CLIENTS=100
 #   SERVERS="ephd etcd-3.6"
 #   FIGURES=<dir>         where to write curve-throughput.svg and curve-memory.svg
+#   SPACE_QUOTA_BYTES=8589934592   both servers' --quota-backend-bytes (single_server.sh)
 #   EPHD, EPHD_BENCH, EPHD_REFERENCES as in the other scripts
 # Stops by itself: every phase is bounded by --max-time.
 set -euo pipefail

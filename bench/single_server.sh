@@ -1,17 +1,22 @@
 # Sourced by bench/floor.sh and bench/curve.sh: starts and stops one server
 # at a time on $ENDPOINT (host:port), its output in $OUT/server.log.
 # Servers: ephd ($EPHD, defaults), etcd-3.6 ($ETCD, data dir under $DATA on
-# tmpfs, peer port $PEER_PORT, 8 GiB quota) and floor ($FLOOR, grpc-floor).
+# tmpfs, peer port $PEER_PORT) and floor ($FLOOR, grpc-floor). ephd and etcd
+# both get the same space quota, SPACE_QUOTA_BYTES (default 8 GiB, etcd's
+# largest recommended): the large sizes of the cost curve measure cost, and
+# at the 2 GiB default the million-object runs end in NOSPACE.
 # A server is ready once it acknowledges a put (under /bench-ready/, away
 # from the prefixes the workloads write); one that does not within 10 s
 # fails the start with its log's last lines.
 
 SERVER_PID=""
+SPACE_QUOTA_BYTES=${SPACE_QUOTA_BYTES:-8589934592}
 
 start_server() { # server
   case $1 in
     ephd)
-      "$EPHD" --listen-client-urls "http://$ENDPOINT" --log-level warn >"$OUT/server.log" 2>&1 &
+      "$EPHD" --listen-client-urls "http://$ENDPOINT" --quota-backend-bytes "$SPACE_QUOTA_BYTES" \
+        --log-level warn >"$OUT/server.log" 2>&1 &
       ;;
     etcd-3.6)
       rm -rf "$DATA/etcd"
@@ -20,7 +25,7 @@ start_server() { # server
         --listen-peer-urls "http://127.0.0.1:$PEER_PORT" \
         --initial-advertise-peer-urls "http://127.0.0.1:$PEER_PORT" \
         --initial-cluster "bench=http://127.0.0.1:$PEER_PORT" \
-        --quota-backend-bytes 8589934592 \
+        --quota-backend-bytes "$SPACE_QUOTA_BYTES" \
         --logger zap --log-outputs stderr --log-level warn >"$OUT/server.log" 2>&1 &
       ;;
     floor)
