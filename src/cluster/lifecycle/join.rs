@@ -397,6 +397,24 @@ enum Start {
     Join,
 }
 
+/// The answer whose member list is the newest: the leader's own, else that
+/// of the running member with the highest committed index (the first of
+/// equals). Members waiting to resume run no Raft node and hold no list.
+fn newest_membership(answers: &[(String, ProbeResponse)]) -> Option<&(String, ProbeResponse)> {
+    let running = || answers.iter().filter(|(_, r)| !r.resuming);
+    running()
+        .find(|(_, r)| r.leader != 0 && r.member_id == r.leader)
+        .or_else(|| {
+            running().fold(
+                None,
+                |best: Option<&(String, ProbeResponse)>, a| match best {
+                    Some(b) if b.1.committed >= a.1.committed => Some(b),
+                    _ => Some(a),
+                },
+            )
+        })
+}
+
 /// Decides how this member starts from what the others say, or refuses:
 /// when this ID was removed, or when it has already run (it would vote
 /// and acknowledge again with an empty log) while no answering member has
@@ -418,7 +436,10 @@ fn check_restart(
         .collect();
     // The member that holds this member's peer URLs now: its
     // --initial-cluster ID, or one MemberAdd or an earlier rejoin gave.
-    let by_urls = answers.iter().find(|(_, r)| r.urls_member != 0);
+    // Asked by the newest membership that answers (the leader's, else the
+    // running member furthest along): a follower that has not applied a
+    // removal yet would still name a member the operator just removed.
+    let by_urls = newest_membership(&answers).filter(|(_, r)| r.urls_member != 0);
     let ran = match by_urls {
         Some((url, r)) if r.urls_member_started => Some((url, r.urls_member)),
         Some((_, r)) if r.urls_member != id => return Ok(Start::Join),

@@ -154,3 +154,32 @@ fn a_member_without_saved_state_beside_members_waiting_to_resume_refuses() {
     let placed = says(3, 0, Some((0x99, false)));
     assert!(matches!(decide(&[waiting, placed]), Ok(Start::Join)));
 }
+
+#[test]
+fn a_follower_behind_on_a_removal_does_not_undo_it() {
+    // The operator removed the member that held this member's URLs (after
+    // removing this member's own ID earlier); the leader applied it, a
+    // follower has not yet and still names the removed member.
+    let mut stale = says(2, 3, Some((0x55, true)));
+    stale.1.asker_removed = true;
+    stale.1.committed = 40;
+    let mut leader = says(3, 3, None);
+    leader.1.asker_removed = true;
+    leader.1.committed = 41;
+    for answers in [[stale.clone(), leader.clone()], [leader, stale]] {
+        let e = decide(&answers).err().expect("removed");
+        assert!(
+            matches!(&e, NotStarted::Refused(why) if why.contains("was removed")),
+            "{e:?}"
+        );
+    }
+    // Without the leader's answer, the follower furthest along speaks.
+    let mut behind = says(2, 3, Some((0x55, true)));
+    behind.1.asker_removed = true;
+    behind.1.committed = 40;
+    let mut ahead = says(4, 3, None);
+    ahead.1.asker_removed = true;
+    ahead.1.committed = 41;
+    let e = decide(&[behind, ahead]).err().expect("removed");
+    assert!(matches!(&e, NotStarted::Refused(_)), "{e:?}");
+}
