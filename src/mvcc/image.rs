@@ -125,6 +125,7 @@ impl Store {
         {
             let _writers = self.range_writers().write();
             let _gate = self.compaction_gate().write();
+            self.page_counts().clear();
             let mut old = Vec::new();
             self.index().for_range(Bound::Unbounded, None, &mut |e| {
                 old.push(e.key.clone());

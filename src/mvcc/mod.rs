@@ -14,6 +14,7 @@
 //! stats               size and apply counters
 //! validate, compare   stateless request checks; compares and branch paths
 //! range, gosort       Range evaluation (filters, sort, limit) over a KvSource
+//! page_counts         what the next page of a paged list has left to count
 //! view, locks         the locked read view; the write lock plan and write view
 //! store               the Store: its parts and who may touch them when
 //! write, read,        the operations on a Store, one concern each
@@ -50,6 +51,7 @@ mod leases;
 mod limits;
 mod locks;
 mod log;
+mod page_counts;
 mod quota;
 pub mod range;
 mod read;

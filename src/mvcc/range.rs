@@ -9,6 +9,23 @@ use std::cmp::Ordering;
 /// `[key, end)` (with etcd's range conventions) visible at `rev`, in key order.
 pub(crate) trait KvSource {
     fn for_each_visible(&self, key: &Bytes, end: &Bytes, rev: i64, f: &mut dyn FnMut(&Kv));
+
+    /// [`KvSource::for_each_visible`] until `f` answers false. A source
+    /// that cannot stop early visits the rest without calling `f`.
+    fn for_each_visible_while(
+        &self,
+        key: &Bytes,
+        end: &Bytes,
+        rev: i64,
+        f: &mut dyn FnMut(&Kv) -> bool,
+    ) {
+        let mut going = true;
+        self.for_each_visible(key, end, rev, &mut |kv| {
+            if going {
+                going = f(kv);
+            }
+        });
+    }
 }
 
 /// The upper bound of a range in etcd's conventions: `None` means "a single
@@ -41,6 +58,50 @@ pub(crate) fn execute_range(
     header_rev: i64,
     source: &dyn KvSource,
 ) -> RangeResponse {
+    execute_range_counted(req, rev, header_rev, source, None)
+}
+
+/// Whether the count of a Range is all that needs the rest of its range
+/// walked: a limit, no sort and no filters. Only such a Range can use a
+/// count known beforehand.
+pub(crate) fn walks_only_to_count(req: &RangeRequest) -> bool {
+    req.limit > 0
+        && !req.count_only
+        && req.sort_order == SortOrder::None
+        && req.sort_target == SortTarget::Key
+        && req.min_mod_revision == 0
+        && req.max_mod_revision == 0
+        && req.min_create_revision == 0
+        && req.max_create_revision == 0
+}
+
+/// [`execute_range`], given the count of keys visible at `rev` in the
+/// range when it is known (a Range [`walks_only_to_count`]): the walk then
+/// stops one key past the limit instead of counting the rest.
+pub(crate) fn execute_range_counted(
+    req: &RangeRequest,
+    rev: i64,
+    header_rev: i64,
+    source: &dyn KvSource,
+    known_count: Option<i64>,
+) -> RangeResponse {
+    if let Some(count) = known_count.filter(|_| walks_only_to_count(req)) {
+        let fetch = req.limit as usize + 1;
+        let mut kvs: Vec<Kv> = Vec::with_capacity(fetch.min(1024));
+        source.for_each_visible_while(&req.key, &req.range_end, rev, &mut |kv| {
+            kvs.push(kv.clone());
+            kvs.len() < fetch
+        });
+        let more = kvs.len() > req.limit as usize;
+        kvs.truncate(req.limit as usize);
+        return RangeResponse {
+            revision: header_rev,
+            kvs,
+            more,
+            count,
+            keys_only: req.keys_only,
+        };
+    }
     let has_filters = req.min_mod_revision != 0
         || req.max_mod_revision != 0
         || req.min_create_revision != 0

@@ -7,7 +7,9 @@
 
 use super::compare::Path;
 use super::log::LoggedEvent;
-use super::range::{execute_range, KvSource};
+use super::range::{
+    execute_range, execute_range_counted, range_bound, walks_only_to_count, KvSource,
+};
 use super::store::Store;
 use super::types::*;
 use super::validate;
@@ -23,7 +25,18 @@ impl Store {
         let _gate = self.compaction_gate().read();
         let current = self.current_revision();
         let rev = self.check_read_revision(req.revision, current)?;
-        Ok(execute_range(req, rev, current, &LockedRead(self.index())))
+        if !walks_only_to_count(req) || range_bound(&req.range_end).is_none() {
+            return Ok(execute_range(req, rev, current, &LockedRead(self.index())));
+        }
+        // A page of a paged list: the page before it may have left its count.
+        let pages = self.page_counts();
+        let known = pages.get(&req.key, &req.range_end, rev);
+        let resp = execute_range_counted(req, rev, current, &LockedRead(self.index()), known);
+        if let (true, Some(last)) = (resp.more, resp.kvs.last()) {
+            let left = resp.count - resp.kvs.len() as i64;
+            pages.remember(&last.key, &req.range_end, rev, left);
+        }
+        Ok(resp)
     }
 
     /// A validated read-only txn, at the current revision.

@@ -27,6 +27,7 @@
 use super::alarms::Alarms;
 use super::index::Index;
 use super::log::EventLog;
+use super::page_counts::PageCounts;
 use super::sequencer::Sequencer;
 use super::stats::Stats;
 use crate::auth::AuthStore;
@@ -89,6 +90,7 @@ pub struct Store {
     auth: AuthStore,
     stats: Stats,
     limits: super::limits::LimitsCell,
+    page_counts: PageCounts,
     config: StoreConfig,
 }
 
@@ -116,6 +118,7 @@ impl Store {
                 quota_bytes: config.quota_bytes,
                 adopt_unknown_ttl: config.lessor.adopt_unknown_ttl,
             }),
+            page_counts: PageCounts::default(),
             config,
         }
     }
@@ -167,6 +170,11 @@ impl Store {
 
     pub(super) fn index(&self) -> &Index {
         &self.index
+    }
+
+    /// The counts the next pages of recent paged lists have left.
+    pub(super) fn page_counts(&self) -> &PageCounts {
+        &self.page_counts
     }
 
     pub(super) fn sequencer(&self) -> &Sequencer {

@@ -16,6 +16,19 @@ pub(crate) struct LockedRead<'a>(pub(crate) &'a Index);
 
 impl KvSource for LockedRead<'_> {
     fn for_each_visible(&self, key: &Bytes, end: &Bytes, rev: i64, f: &mut dyn FnMut(&Kv)) {
+        self.for_each_visible_while(key, end, rev, &mut |kv| {
+            f(kv);
+            true
+        });
+    }
+
+    fn for_each_visible_while(
+        &self,
+        key: &Bytes,
+        end: &Bytes,
+        rev: i64,
+        f: &mut dyn FnMut(&Kv) -> bool,
+    ) {
         match range_bound(end) {
             None => {
                 if let Some(entry) = self.0.get(key) {
@@ -31,13 +44,14 @@ impl KvSource for LockedRead<'_> {
                     }
                 }
                 let to = upper.as_ref().map(|e| e.as_ref());
-                self.0
-                    .for_range(Bound::Included(key.as_ref()), to, &mut |entry| {
-                        if let Some(kv) = visible(&entry.versions.read(), rev) {
-                            f(kv);
-                        }
-                        true
-                    });
+                self.0.for_range(
+                    Bound::Included(key.as_ref()),
+                    to,
+                    &mut |entry| match visible(&entry.versions.read(), rev) {
+                        Some(kv) => f(kv),
+                        None => true,
+                    },
+                );
             }
         }
     }

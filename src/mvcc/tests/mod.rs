@@ -5,6 +5,7 @@ mod determinism;
 mod image;
 mod journal;
 mod limits;
+mod paged_lists;
 mod quota;
 mod semantics;
 
