@@ -4,6 +4,7 @@
 //! tasks, the report's common fields) is in `crate::driver`.
 
 mod churn;
+mod expiry;
 mod failover;
 mod fanout;
 mod heartbeat;
@@ -28,6 +29,10 @@ pub enum Workload {
     /// that move to the next member on a failure; reports the gaps between
     /// acknowledged writes (bench/cluster.sh's failover run).
     Failover(failover::Args),
+    /// A lease expiry storm: many leases with one key each, their deadlines
+    /// within about a second, against a heartbeat writer; expiry rate and
+    /// lateness, early expiries, the heartbeat's latency during the storm.
+    LeaseExpiry(expiry::Args),
     /// Full-prefix lists of preloaded objects, optionally paginated.
     Range(range::Args),
     /// Many watchers on one prefix, fed by writers at a fixed or max rate.
@@ -52,6 +57,7 @@ impl Workload {
             Workload::LeaseHeartbeat(a) => heartbeat::run(c, a).await,
             Workload::EventChurn(a) => churn::run(c, a).await,
             Workload::Failover(a) => failover::run(c, a).await,
+            Workload::LeaseExpiry(a) => expiry::run(c, a).await,
             Workload::Range(a) => range::run(c, a).await,
             Workload::WatchFanout(a) => fanout::run(c, a).await,
             Workload::Storm(a) => storm::run(c, a).await,
