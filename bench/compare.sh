@@ -17,6 +17,7 @@
 #   QUICK=1           ~1-minute smoke run (1 repeat, short runs, fewer cases)
 #   REPEATS=3         runs per server per case
 #   TOTAL=100000      ops per put / lease-heartbeat / event-churn run
+#   WATCHERS=1000     watchers of the fanout and fanout-rate cases
 #   CLIENTS="100 500 2000"   client counts for the put sweep (and the plot)
 #   CASES="..."       subset of: put heartbeat churn expiry range range-paged
 #                     fanout fanout-rate go-put expiry-storm (default: all but
@@ -47,6 +48,7 @@ else
   CASES=${CASES:-"put heartbeat churn expiry range range-paged fanout fanout-rate go-put"}
 fi
 TOTAL=${TOTAL:-100000}
+WATCHERS=${WATCHERS:-1000}
 GO_BENCH=${GO_BENCH:-1}
 BUILD=${BUILD:-1}
 REFS=${EPHD_REFERENCES:-$HOME/.cache/ephd/references}/bin
@@ -468,8 +470,8 @@ else
       # The client's work here is decoding 1000x the events the server
       # sends: give it both cores' worth of threads (the lean default of one
       # thread is for the unary workloads).
-      fanout) echo "--threads 2 --total 2000 watch-fanout --watchers 1000 --streams 10" ;;
-      fanout-rate) echo "--threads 2 --duration 10s --clients 10 --rate 100 watch-fanout --watchers 1000 --streams 10" ;;
+      fanout) echo "--threads 2 --total 2000 watch-fanout --watchers $WATCHERS --streams 10" ;;
+      fanout-rate) echo "--threads 2 --duration 10s --clients 10 --rate 100 watch-fanout --watchers $WATCHERS --streams 10" ;;
     esac
   }
   put_args() { echo "--clients $1 --total $TOTAL put"; }
