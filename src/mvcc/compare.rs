@@ -111,11 +111,17 @@ mod tests {
     struct Fixed(Vec<Kv>);
 
     impl KvSource for Fixed {
-        fn for_each_visible(&self, key: &Bytes, end: &Bytes, _rev: i64, f: &mut dyn FnMut(&Kv)) {
+        fn for_each_visible_while(
+            &self,
+            key: &Bytes,
+            end: &Bytes,
+            _rev: i64,
+            f: &mut dyn FnMut(&Kv) -> bool,
+        ) {
             self.0
                 .iter()
                 .filter(|kv| in_range(&kv.key, key, end))
-                .for_each(f);
+                .all(f);
         }
     }
 

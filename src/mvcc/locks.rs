@@ -130,9 +130,15 @@ pub(crate) struct WriteView<'a, 'g> {
 }
 
 impl KvSource for WriteView<'_, '_> {
-    fn for_each_visible(&self, key: &Bytes, end: &Bytes, rev: i64, f: &mut dyn FnMut(&Kv)) {
+    fn for_each_visible_while(
+        &self,
+        key: &Bytes,
+        end: &Bytes,
+        rev: i64,
+        f: &mut dyn FnMut(&Kv) -> bool,
+    ) {
         match self.access {
-            KeyAccess::AllKeys => LockedRead(self.index).for_each_visible(key, end, rev, f),
+            KeyAccess::AllKeys => LockedRead(self.index).for_each_visible_while(key, end, rev, f),
             KeyAccess::Locked { guards, .. } => {
                 debug_assert!(end.is_empty(), "single-key writes touch single keys only");
                 if let Some(i) = self.access.slot(key) {

@@ -8,22 +8,20 @@ use std::cmp::Ordering;
 /// Where a range reads from: calls `f` with the version of every key in
 /// `[key, end)` (with etcd's range conventions) visible at `rev`, in key order.
 pub(crate) trait KvSource {
-    fn for_each_visible(&self, key: &Bytes, end: &Bytes, rev: i64, f: &mut dyn FnMut(&Kv));
-
-    /// [`KvSource::for_each_visible`] until `f` answers false. A source
-    /// that cannot stop early visits the rest without calling `f`.
+    /// Calls `f` for each visible version in key order until it answers
+    /// false.
     fn for_each_visible_while(
         &self,
         key: &Bytes,
         end: &Bytes,
         rev: i64,
         f: &mut dyn FnMut(&Kv) -> bool,
-    ) {
-        let mut going = true;
-        self.for_each_visible(key, end, rev, &mut |kv| {
-            if going {
-                going = f(kv);
-            }
+    );
+
+    fn for_each_visible(&self, key: &Bytes, end: &Bytes, rev: i64, f: &mut dyn FnMut(&Kv)) {
+        self.for_each_visible_while(key, end, rev, &mut |kv| {
+            f(kv);
+            true
         });
     }
 }
@@ -61,18 +59,27 @@ pub(crate) fn execute_range(
     execute_range_counted(req, rev, header_rev, source, None)
 }
 
+/// How many keys a Range fetches: etcd fetches everything when it must
+/// sort or filter, otherwise one more than the limit so that `more` can be
+/// told.
+fn fetch_limit(req: &RangeRequest) -> usize {
+    let has_filters = req.min_mod_revision != 0
+        || req.max_mod_revision != 0
+        || req.min_create_revision != 0
+        || req.max_create_revision != 0;
+    if req.sort_order != SortOrder::None || has_filters || req.limit <= 0 {
+        usize::MAX
+    } else {
+        req.limit as usize + 1
+    }
+}
+
 /// Whether the count of a Range is all that needs the rest of its range
-/// walked: a limit, no sort and no filters. Only such a Range can use a
+/// walked, and the keys it returns are the first of its range in key
+/// order: a limit, no sort and no filters. Only such a Range can use a
 /// count known beforehand.
 pub(crate) fn walks_only_to_count(req: &RangeRequest) -> bool {
-    req.limit > 0
-        && !req.count_only
-        && req.sort_order == SortOrder::None
-        && req.sort_target == SortTarget::Key
-        && req.min_mod_revision == 0
-        && req.max_mod_revision == 0
-        && req.min_create_revision == 0
-        && req.max_create_revision == 0
+    fetch_limit(req) != usize::MAX && !req.count_only && req.sort_target == SortTarget::Key
 }
 
 /// [`execute_range`], given the count of keys visible at `rev` in the
@@ -85,43 +92,19 @@ pub(crate) fn execute_range_counted(
     source: &dyn KvSource,
     known_count: Option<i64>,
 ) -> RangeResponse {
-    if let Some(count) = known_count.filter(|_| walks_only_to_count(req)) {
-        let fetch = req.limit as usize + 1;
-        let mut kvs: Vec<Kv> = Vec::with_capacity(fetch.min(1024));
-        source.for_each_visible_while(&req.key, &req.range_end, rev, &mut |kv| {
-            kvs.push(kv.clone());
-            kvs.len() < fetch
-        });
-        let more = kvs.len() > req.limit as usize;
-        kvs.truncate(req.limit as usize);
-        return RangeResponse {
-            revision: header_rev,
-            kvs,
-            more,
-            count,
-            keys_only: req.keys_only,
-        };
-    }
-    let has_filters = req.min_mod_revision != 0
-        || req.max_mod_revision != 0
-        || req.min_create_revision != 0
-        || req.max_create_revision != 0;
-    // etcd fetches everything when it must sort or filter, otherwise one more
-    // than the limit so that `more` can be told.
-    let fetch_limit = if req.sort_order != SortOrder::None || has_filters || req.limit <= 0 {
-        usize::MAX
-    } else {
-        req.limit as usize + 1
-    };
+    let fetch_limit = fetch_limit(req);
+    let known_count = known_count.filter(|_| walks_only_to_count(req));
     let mut count: i64 = 0;
     let mut kvs: Vec<Kv> = Vec::new();
     let count_only = req.count_only;
-    source.for_each_visible(&req.key, &req.range_end, rev, &mut |kv| {
+    source.for_each_visible_while(&req.key, &req.range_end, rev, &mut |kv| {
         count += 1;
         if !count_only && kvs.len() < fetch_limit {
             kvs.push(kv.clone());
         }
+        known_count.is_none() || kvs.len() < fetch_limit
     });
+    let count = known_count.unwrap_or(count);
     if count_only {
         return RangeResponse {
             revision: header_rev,

@@ -7,9 +7,7 @@
 
 use super::compare::Path;
 use super::log::LoggedEvent;
-use super::range::{
-    execute_range, execute_range_counted, range_bound, walks_only_to_count, KvSource,
-};
+use super::range::{execute_range, execute_range_counted, walks_only_to_count, KvSource};
 use super::store::Store;
 use super::types::*;
 use super::validate;
@@ -25,7 +23,7 @@ impl Store {
         let _gate = self.compaction_gate().read();
         let current = self.current_revision();
         let rev = self.check_read_revision(req.revision, current)?;
-        if !walks_only_to_count(req) || range_bound(&req.range_end).is_none() {
+        if !walks_only_to_count(req) {
             return Ok(execute_range(req, rev, current, &LockedRead(self.index())));
         }
         // A page of a paged list: the page before it may have left its count.

@@ -15,13 +15,6 @@ use std::ops::Bound;
 pub(crate) struct LockedRead<'a>(pub(crate) &'a Index);
 
 impl KvSource for LockedRead<'_> {
-    fn for_each_visible(&self, key: &Bytes, end: &Bytes, rev: i64, f: &mut dyn FnMut(&Kv)) {
-        self.for_each_visible_while(key, end, rev, &mut |kv| {
-            f(kv);
-            true
-        });
-    }
-
     fn for_each_visible_while(
         &self,
         key: &Bytes,
