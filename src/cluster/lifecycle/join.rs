@@ -404,15 +404,8 @@ fn newest_membership(answers: &[(String, ProbeResponse)]) -> Option<&(String, Pr
     let running = || answers.iter().filter(|(_, r)| !r.resuming);
     running()
         .find(|(_, r)| r.leader != 0 && r.member_id == r.leader)
-        .or_else(|| {
-            running().fold(
-                None,
-                |best: Option<&(String, ProbeResponse)>, a| match best {
-                    Some(b) if b.1.committed >= a.1.committed => Some(b),
-                    _ => Some(a),
-                },
-            )
-        })
+        // `max_by_key` keeps the last of equals: reversed, the first.
+        .or_else(|| running().rev().max_by_key(|(_, r)| r.committed))
 }
 
 /// Decides how this member starts from what the others say, or refuses:
