@@ -3,6 +3,9 @@
 //! through the watch, none before its lease's TTL, and a report with the
 //! storm's figures. The server binary is found as in `soak.rs`.
 
+mod common;
+
+use common::ephd_bin;
 use serde_json::Value;
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -10,18 +13,6 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const LEASES: u64 = 2000;
-
-fn ephd_bin(bench: &str) -> PathBuf {
-    let bin = std::env::var_os("EPHD_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(bench).with_file_name("ephd"));
-    assert!(
-        bin.is_file(),
-        "no ephd binary at {}: run `cargo build -p ephd` (or the whole workspace's tests), or set EPHD_BIN",
-        bin.display()
-    );
-    bin
-}
 
 fn free_port() -> u16 {
     let l = TcpListener::bind("127.0.0.1:0").expect("a free port");
@@ -67,10 +58,9 @@ fn start_ephd(bin: &PathBuf, port: u16) -> Server {
 }
 
 fn figure(report: &Value, name: &str) -> f64 {
-    report
-        .get(name)
-        .and_then(Value::as_f64)
-        .unwrap_or_else(|| panic!("the report has no figure {name}: {report}"))
+    common::figure(report, name)
+        .as_f64()
+        .unwrap_or_else(|| panic!("{name} is not a number: {report}"))
 }
 
 #[test]

@@ -8,9 +8,11 @@
 //! `EPHD_BIN` at another build. A missing binary fails the test with a
 //! message saying so, never skips it.
 
+mod common;
+
+use common::{ephd_bin, figure};
 use serde_json::Value;
 use std::io::Read;
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -28,24 +30,6 @@ const KINDS: [&str; 8] = [
     "list_storm",
     "damaged_snapshot",
 ];
-
-fn ephd_bin(bench: &str) -> PathBuf {
-    let bin = std::env::var_os("EPHD_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(bench).with_file_name("ephd"));
-    assert!(
-        bin.is_file(),
-        "no ephd binary at {}: run `cargo build -p ephd` (or the whole workspace's tests), or set EPHD_BIN",
-        bin.display()
-    );
-    bin
-}
-
-fn figure<'a>(report: &'a Value, name: &str) -> &'a Value {
-    report
-        .get(name)
-        .unwrap_or_else(|| panic!("the report has no {name}: {report}"))
-}
 
 fn count(report: &Value, name: &str) -> u64 {
     figure(report, name)
