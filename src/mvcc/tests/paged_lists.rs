@@ -27,10 +27,15 @@ fn page_request(key: &[u8], rev: i64) -> RangeRequest {
 /// The same page read inside a read-only txn, which always walks the
 /// whole range to count it.
 fn walked(store: &Store, key: &[u8], rev: i64) -> RangeResponse {
+    walked_request(store, page_request(key, rev))
+}
+
+/// `req` read inside a read-only txn (see [`walked`]).
+fn walked_request(store: &Store, req: RangeRequest) -> RangeResponse {
     let txn = store
         .txn(TxnRequest {
             compare: vec![],
-            success: vec![RequestOp::Range(page_request(key, rev))],
+            success: vec![RequestOp::Range(req)],
             failure: vec![],
         })
         .expect("read-only txn");
@@ -164,5 +169,7 @@ fn sorted_filtered_and_unlimited_ranges_still_walk_everything() {
     ] {
         let got = store.range(&req).unwrap();
         assert_eq!(got.count, 70, "{req:?}");
+        // A sorted or filtered page must not stop at its limit either.
+        same(&got, &walked_request(&store, req.clone()));
     }
 }
