@@ -173,3 +173,27 @@ fn sorted_filtered_and_unlimited_ranges_still_walk_everything() {
         same(&got, &walked_request(&store, req.clone()));
     }
 }
+
+#[test]
+fn a_page_sorted_by_another_target_leaves_no_count_behind() {
+    // Sorted by mod revision with no order, a page holds the first keys in
+    // key order sorted another way: its last key is not where the range's
+    // next keys start.
+    let store = Store::new(StoreConfig::default());
+    for i in 0..120 {
+        put(&store, &format!("p/{i:04}"), "v");
+    }
+    put(&store, "p/0000", "again");
+    let sorted = store
+        .range(&RangeRequest {
+            sort_target: SortTarget::Mod,
+            ..page_request(b"p/", 0)
+        })
+        .unwrap();
+    let last = sorted.kvs.last().unwrap();
+    assert_eq!(last.key, b("p/0050"));
+    let key = after(last);
+    let got = page(&store, &key, sorted.revision).unwrap();
+    same(&got, &walked(&store, &key, sorted.revision));
+    assert_eq!(got.count, 69);
+}
